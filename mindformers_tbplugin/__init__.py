@@ -1,0 +1,40 @@
+"""TensorBoard monitoring for MindFormers.
+
+Importing this package is cheap (standard library only): it arranges for the callbacks to be
+registered in MindFormers' registry as soon as ``mindformers`` is imported, or at once if it already
+is. The installed ``mindformers_tbplugin_autoregister.pth`` imports this package in every Python
+process of the environment, which is how ``type: TensorBoardMonitor`` resolves in a plain
+``run_mindformer.py``; set ``MFTB_NO_AUTOREGISTER=1`` to switch that off.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mindformers_tbplugin._autoregister import register_when_mindformers_loads
+
+__version__ = "0.1.0"
+
+# Public names, loaded on first use so that importing the package stays free of MindSpore.
+_LAZY_EXPORTS = {
+    "TensorBoardMonitor": "mindformers_tbplugin.callbacks.tensorboard_monitor",
+    "CPUTrainOneStepCell": "mindformers_tbplugin.cpu_wrapper",
+    "log_scalars": "mindformers_tbplugin.custom_metrics",
+    "metric": "mindformers_tbplugin.custom_metrics",
+    "MetricKind": "mindformers_tbplugin.metrics",
+    "ConfigError": "mindformers_tbplugin.schema",
+}
+
+__all__ = [*_LAZY_EXPORTS, "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY_EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'mindformers_tbplugin' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module_name), name)
+
+
+register_when_mindformers_loads()

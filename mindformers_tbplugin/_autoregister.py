@@ -1,0 +1,68 @@
+"""Register our classes in MindFormers' registry the moment ``mindformers`` finishes importing.
+
+A meta-path finder watches for the top-level ``mindformers`` import, lets the real loader run, then
+imports :mod:`mindformers_tbplugin.registration`. Processes that never import mindformers pay only
+for this module (standard library, no I/O). Nothing here may break the user's import: a failure to
+register is reported as a warning.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from typing import Any
+
+_TARGET = "mindformers"
+
+
+def _register_now() -> None:
+    try:
+        import mindformers_tbplugin.registration  # noqa: F401  (importing registers)
+    except Exception as exc:  # registration must never break `import mindformers`
+        warnings.warn(f"mindformers_tbplugin: could not register callbacks: {exc!r}", stacklevel=2)
+
+
+class _RegisterAfterExec:
+    """Loader proxy: runs the real loader, restores it on the module, then registers."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        module.__loader__ = self._loader
+        if getattr(module, "__spec__", None) is not None:
+            module.__spec__.loader = self._loader
+        self._loader.exec_module(module)
+        _register_now()
+
+
+class _MindFormersImportWatcher:
+    """Meta-path finder that fires once, for the top-level ``mindformers`` package."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != _TARGET:
+            return None
+        _uninstall()
+        for finder in sys.meta_path:
+            find_spec = getattr(finder, "find_spec", None)
+            spec = find_spec(fullname, path, target) if find_spec else None
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _RegisterAfterExec(spec.loader)
+                return spec
+        return None
+
+
+def _uninstall() -> None:
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _MindFormersImportWatcher)]
+
+
+def register_when_mindformers_loads() -> None:
+    """Register now if mindformers is loaded, else as soon as it is. Idempotent."""
+    if _TARGET in sys.modules:
+        _register_now()
+    elif not any(isinstance(f, _MindFormersImportWatcher) for f in sys.meta_path):
+        sys.meta_path.insert(0, _MindFormersImportWatcher())

@@ -1,0 +1,28 @@
+"""A runner wrapper that runs on CPU (the stand-in for NPUs on machines without one).
+
+MindFormers' ``MFTrainOneStepCell`` takes the Ascend-910A overflow path (``NPUClearFloatStatusV2`` /
+``NPUGetFloatStatusV2``) on every target that is not GPU or 910B, and those ops do not exist on CPU.
+This subclass checks overflow the portable way (are all gradients finite?), which is what the GPU
+path does. Select it in YAML::
+
+    runner_wrapper:
+      type: CPUTrainOneStepCell
+      scale_sense: 1.0
+      use_clip_grad: True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mindformers.tools.register import MindFormerModuleType, MindFormerRegister
+from mindformers.wrapper.wrapper import MFTrainOneStepCell
+from mindspore.nn.wrap.loss_scale import _ascend_grad_overflow as _is_not_finite
+
+
+@MindFormerRegister.register(MindFormerModuleType.WRAPPER)
+class CPUTrainOneStepCell(MFTrainOneStepCell):
+    """``MFTrainOneStepCell`` with a finite-check overflow test that every backend supports."""
+
+    def get_overflow_status(self, status: Any, compute_output: Any) -> Any:
+        return self._get_distributed_overflow_status_on_infnan_mode(_is_not_finite, compute_output)

@@ -1,0 +1,96 @@
+"""Custom metrics: functions named in YAML (``extra_metrics``) and the public ``log_scalars`` API.
+
+Both go through the running TensorBoardMonitor, so custom values land in the same run, on the same
+steps, and are combined across ranks according to their declared :class:`MetricKind`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from mindformers_tbplugin.log import logger
+from mindformers_tbplugin.metrics import MetricKind
+
+MetricFn = Callable[[Any], dict[str, float]]
+
+
+def metric(kind: MetricKind | str = MetricKind.MODEL) -> Callable[[MetricFn], MetricFn]:
+    """Declare the kind of an ``extra_metrics`` function (default: ``model``, written once).
+
+    >>> @metric(kind="data")
+    ... def padding_ratio(cb_params):
+    ...     return {"data/padding_ratio": 0.1}
+    """
+    resolved = MetricKind(kind)
+
+    def mark(fn: MetricFn) -> MetricFn:
+        fn.mftb_kind = resolved  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+@dataclass(frozen=True)
+class ExtraMetric:
+    reference: str
+    fn: MetricFn
+    kind: MetricKind
+
+
+def resolve_extra_metric(reference: str) -> ExtraMetric:
+    """Import ``"package.module:function"``. Raises ValueError with a readable reason."""
+    module_name, sep, attr = reference.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"{reference!r} is not of the form 'package.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise ValueError(f"cannot import module {module_name!r} ({type(exc).__name__}: {exc})") from exc
+    fn = module
+    for part in attr.split("."):
+        fn = getattr(fn, part, None)
+        if fn is None:
+            raise ValueError(f"module {module_name!r} has no attribute {attr!r}")
+    if not callable(fn):
+        raise ValueError(f"{reference!r} is not callable")
+    return ExtraMetric(reference, fn, MetricKind(getattr(fn, "mftb_kind", MetricKind.MODEL)))
+
+
+class ScalarSink(Protocol):
+    def log_custom(self, values: dict[str, float], step: int | None, kind: MetricKind) -> None: ...
+
+
+_active_sinks: list[ScalarSink] = []
+_warned_no_sink = False
+
+
+def attach(sink: ScalarSink) -> None:
+    """Called by a monitor at train begin: ``log_scalars`` now writes into its run."""
+    if sink not in _active_sinks:
+        _active_sinks.append(sink)
+
+
+def detach(sink: ScalarSink) -> None:
+    if sink in _active_sinks:
+        _active_sinks.remove(sink)
+
+
+def log_scalars(values: dict[str, float], step: int | None = None, kind: MetricKind | str = MetricKind.MODEL) -> None:
+    """Write ``{tag: value}`` into the running TensorBoardMonitor's run.
+
+    ``step`` defaults to the current training step. ``kind`` says how ranks combine the values:
+    ``"data"`` (mean over data-parallel ranks), ``"model"`` (written once) or ``"system"`` (per rank).
+    Outside a monitored training this warns once and drops the values; it never raises for that.
+    """
+    global _warned_no_sink
+    if not _active_sinks:
+        if not _warned_no_sink:
+            _warned_no_sink = True
+            logger.warning("log_scalars: no TensorBoardMonitor is running in this process; values dropped.")
+        return
+    resolved = MetricKind(kind)
+    for sink in _active_sinks:
+        sink.log_custom(values, step, resolved)

@@ -1,0 +1,15 @@
+"""Module for MindFormers' own registration route (REGISTER_PATH + ``auto_register``).
+
+MindFormers copies this file into its module cache and reads the named class from it::
+
+    callbacks:
+      - type: TensorBoardMonitor
+        auto_register: mftb_register.TensorBoardMonitor
+
+with ``REGISTER_PATH=$(mftb register-path)`` (or ``run_mindformer.py --register_path ...``).
+"""
+
+from mindformers_tbplugin.callbacks import TensorBoardMonitor
+from mindformers_tbplugin.cpu_wrapper import CPUTrainOneStepCell
+
+__all__ = ["CPUTrainOneStepCell", "TensorBoardMonitor"]

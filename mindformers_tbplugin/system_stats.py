@@ -1,0 +1,74 @@
+"""Host and device memory readings, cheap enough for the training thread at logged steps."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from mindformers_tbplugin.log import logger
+from mindformers_tbplugin.metrics import (
+    SYSTEM_DEVICE_MEM_ALLOCATED_GB,
+    SYSTEM_DEVICE_MEM_PEAK_GB,
+    SYSTEM_HOST_RSS_GB,
+)
+
+_GB = float(1 << 30)
+
+
+class HostMemory:
+    """Resident set size from ``/proc/self/statm`` (one pread on a kept-open fd, ~2 us)."""
+
+    def __init__(self) -> None:
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        try:
+            self._fd: int | None = os.open("/proc/self/statm", os.O_RDONLY)
+        except OSError:
+            self._fd = None
+
+    def read(self) -> dict[str, float]:
+        if self._fd is None:
+            return {}
+        try:
+            resident_pages = int(os.pread(self._fd, 128, 0).split()[1])
+        except (OSError, IndexError, ValueError):
+            return {}
+        return {SYSTEM_HOST_RSS_GB: resident_pages * self._page / _GB}
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class DeviceMemory:
+    """MindSpore's device allocator statistics, when the backend reports them.
+
+    The CPU backend reports zeros; a reading that is zero at its first use switches this off, as does
+    any error (said once): device memory is written only where the backend exposes it.
+    """
+
+    def __init__(self) -> None:
+        self._runtime: Any = None
+        self._enabled = True
+        self._checked = False
+
+    def read(self) -> dict[str, float]:
+        if not self._enabled:
+            return {}
+        try:
+            if self._runtime is None:
+                import mindspore.runtime as runtime
+
+                self._runtime = runtime
+            allocated = float(self._runtime.memory_allocated())
+            peak = float(self._runtime.max_memory_allocated())
+        except Exception as exc:  # monitoring must not stop training
+            self._enabled = False
+            logger.warning("device memory is not available from this backend (%s); not logging it.", exc)
+            return {}
+        if not self._checked:
+            self._checked = True
+            if allocated == 0 and peak == 0:
+                self._enabled = False
+                return {}
+        return {SYSTEM_DEVICE_MEM_ALLOCATED_GB: allocated / _GB, SYSTEM_DEVICE_MEM_PEAK_GB: peak / _GB}
