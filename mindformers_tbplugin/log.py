@@ -4,17 +4,28 @@ so they appear in the same console and per-rank log files as the training's mess
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 logger = logging.getLogger("mindformers_tbplugin")
 
 
 class _ToMindFormersLogger(logging.Handler):
-    def __init__(self, target: logging.Logger) -> None:
+    def __init__(self, target: Any) -> None:
         super().__init__()
-        self._target = target
+        self._target = target  # MindFormers' logger offers info/warning/error, not log()
 
     def emit(self, record: logging.LogRecord) -> None:
-        self._target.log(record.levelno, "[mftb] %s", record.getMessage())
+        try:
+            method = (
+                "error"
+                if record.levelno >= logging.ERROR
+                else "warning"
+                if record.levelno >= logging.WARNING
+                else "info"
+            )
+            getattr(self._target, method)("[mftb] %s", record.getMessage())
+        except Exception:  # logging must never raise into training
+            self.handleError(record)
 
 
 def route_to_mindformers() -> None:

@@ -1,0 +1,131 @@
+"""Shared fixtures: one real tiny MindFormers training reused by many tests, and readers."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_CONFIG = REPO / "configs" / "tiny" / "llama_tiny_cpu.yaml"
+HELPERS = Path(__file__).resolve().parent / "helpers"
+BIN = Path(sys.executable).parent
+MFTB = str(BIN / "mftb")
+MF_LOSS_LINE = re.compile(
+    r"step:\[\s*(\d+)/\s*\d+\], loss:\[([0-9.]+)/[0-9.]+\], per_step_time: \d+ms, lr: ([0-9.e-]+)"
+)
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """Environment for child processes: the venv first on PATH (msrun starts `python` from PATH)."""
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("MFTB_NO_AUTOREGISTER", None)
+    env.update(extra)
+    return env
+
+
+def write_tiny_config(
+    folder: Path,
+    data: Path,
+    callbacks: list[dict],
+    num_samples: int = 64,
+    name: str = "tiny.yaml",
+    **top_level: object,
+) -> Path:
+    """The bundled tiny config with its paths, size and callbacks changed for a test."""
+    config = yaml.safe_load(TINY_CONFIG.read_text())
+    config["output_dir"] = str(folder / "output")
+    config["train_dataset"]["data_loader"]["dataset_dir"] = str(data)
+    config["train_dataset"]["data_loader"]["num_samples"] = num_samples
+    config["train_dataset_task"]["dataset_config"] = config["train_dataset"]
+    config["callbacks"] = callbacks
+    config.update(top_level)
+    path = folder / name
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def mf_losses(log_text: str) -> dict[int, tuple[float, float]]:
+    """{step: (loss, lr)} as MFLossMonitor printed them."""
+    return {int(m.group(1)): (float(m.group(2)), float(m.group(3))) for m in MF_LOSS_LINE.finditer(log_text)}
+
+
+def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """All scalar series of a run through TensorBoard's own reader, every point kept."""
+    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+
+    accumulator = EventAccumulator(str(run_dir), size_guidance={SCALARS: 0})
+    accumulator.Reload()
+    return {tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]}
+
+
+def run_dirs(log_root: Path) -> list[Path]:
+    return sorted(p for p in log_root.iterdir() if p.is_dir()) if log_root.exists() else []
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("data") / "tiny.mindrecord"
+    subprocess.run(
+        [MFTB, "make-data", "--output", str(path), "--num_samples", "256"],
+        check=True,
+        env=subprocess_env(),
+        capture_output=True,
+    )
+    return path
+
+
+@dataclass
+class TrainingRun:
+    folder: Path
+    log_root: Path
+    output: str
+    returncode: int
+
+    @property
+    def run_dir(self) -> Path:
+        (only,) = run_dirs(self.log_root)
+        return only
+
+
+def train(config: Path, cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: int = 600) -> TrainingRun:
+    result = subprocess.run(
+        [MFTB, "train", "--config", str(config), *args],
+        cwd=cwd,
+        env=env or subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return TrainingRun(config.parent, config.parent / "tb", result.stdout + result.stderr, result.returncode)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory, tiny_data: Path) -> TrainingRun:
+    """32 steps of the tiny LLaMA through `mftb train`, with every TensorBoardMonitor feature on."""
+    folder = tmp_path_factory.mktemp("tiny_run")
+    callbacks = [
+        {"type": "MFLossMonitor"},
+        {
+            "type": "TensorBoardMonitor",
+            "log_dir": str(folder / "tb"),
+            "experiment": "llama_tiny",
+            "log_every": 1,
+            "param_norm_every": 8,
+            "vs_samples": True,
+            "vs_tokens": True,
+            "extra_metrics": ["custom_metrics_helpers:step_parity", "custom_metrics_helpers:batch_tokens"],
+        },
+    ]
+    config = write_tiny_config(folder, tiny_data, callbacks, num_samples=64)
+    env = subprocess_env(PYTHONPATH=str(HELPERS))
+    run = train(config, folder, env=env)
+    assert run.returncode == 0, run.output[-5000:]
+    return run

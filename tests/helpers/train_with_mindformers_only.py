@@ -1,0 +1,19 @@
+"""What run_mindformer.py does for training, importing nothing but mindformers.
+
+argv: CONFIG [--import-plugin]
+"""
+
+import sys
+
+if "--import-plugin" in sys.argv:
+    import mindformers_tbplugin  # noqa: F401  (the explicit route)
+
+from mindformers.core.context import build_context
+from mindformers.tools.register import MindFormerConfig
+from mindformers.trainer import Trainer
+from mindformers.utils.file_utils import set_output_path
+
+config = MindFormerConfig(sys.argv[1])
+set_output_path(config.output_dir)
+build_context(config)
+Trainer(config).train()

@@ -1,0 +1,99 @@
+"""A real tiny MindFormers training through `mftb train`, read back with TensorBoard's reader."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import yaml
+from conftest import TINY_CONFIG, TrainingRun, mf_losses, read_scalars
+
+STEPS = 32  # 64 samples, batch 2
+PER_STEP_TAGS = {
+    "train/loss",
+    "train/lr",
+    "train/grad_norm",
+    "train/loss_scale",
+    "train/overflow",
+    "perf/step_time_ms",
+    "perf/samples_per_s",
+    "perf/tokens_per_s",
+    "system/host_rss_gb",
+    "custom/step_parity",
+    "custom/batch_tokens",
+}
+X_AXIS_TAGS = {"train/loss_vs_samples", "train/lr_vs_samples", "train/loss_vs_tokens", "train/lr_vs_tokens"}
+
+
+def expected_lr(step: int) -> float:
+    """CosineWithWarmUpLR of the tiny config, evaluated independently of MindFormers."""
+    schedule = yaml.safe_load(TINY_CONFIG.read_text())["lr_schedule"]
+    peak, end, warmup = schedule["learning_rate"], schedule["lr_end"], schedule["warmup_steps"]
+    index = step - 1  # the optimizer's global_step before the update
+    if index < warmup:
+        return peak * index / warmup
+    progress = (index - warmup) / (STEPS - warmup)
+    return end + 0.5 * (peak - end) * (1 + math.cos(math.pi * progress))
+
+
+def test_run_folder_is_named_from_experiment_and_timestamp(tiny_run: TrainingRun) -> None:
+    assert re.fullmatch(r"llama_tiny_\d{8}-\d{6}", tiny_run.run_dir.name)
+    files = list(tiny_run.run_dir.iterdir())
+    assert files and all("tfevents" in f.name for f in files)
+    assert f"[mftb] TensorBoardMonitor: writing {tiny_run.run_dir}" in tiny_run.output
+
+
+def test_exactly_the_expected_tags(tiny_run: TrainingRun) -> None:
+    scalars = read_scalars(tiny_run.run_dir)
+    assert set(scalars) == PER_STEP_TAGS | X_AXIS_TAGS | {"train/param_norm"}
+
+
+def test_one_point_per_logged_step_strictly_increasing(tiny_run: TrainingRun) -> None:
+    scalars = read_scalars(tiny_run.run_dir)
+    for tag in PER_STEP_TAGS:
+        assert [step for step, _ in scalars[tag]] == list(range(1, STEPS + 1)), tag
+    assert [step for step, _ in scalars["train/param_norm"]] == [8, 16, 24, 32]
+    assert all(value > 0 for _, value in scalars["train/param_norm"])
+
+
+def test_loss_equals_what_mflossmonitor_printed(tiny_run: TrainingRun) -> None:
+    printed = mf_losses(tiny_run.output)
+    assert sorted(printed) == list(range(1, STEPS + 1))
+    for step, loss in read_scalars(tiny_run.run_dir)["train/loss"]:
+        assert abs(loss - printed[step][0]) <= 1e-6, (step, loss, printed[step])
+
+
+def test_lr_follows_the_schedule(tiny_run: TrainingRun) -> None:
+    printed = mf_losses(tiny_run.output)
+    for step, lr in read_scalars(tiny_run.run_dir)["train/lr"]:
+        assert math.isclose(lr, expected_lr(step), rel_tol=1e-5, abs_tol=1e-9), (step, lr)
+        assert math.isclose(lr, printed[step][1], rel_tol=1e-5, abs_tol=1e-9), (step, lr)
+
+
+def test_diagnostics_are_plausible(tiny_run: TrainingRun) -> None:
+    scalars = read_scalars(tiny_run.run_dir)
+    assert all(value == 1.0 for _, value in scalars["train/loss_scale"])
+    assert all(value == 0.0 for _, value in scalars["train/overflow"])
+    assert all(0 < value < 100 for _, value in scalars["train/grad_norm"])
+    assert all(0.1 < value < 8 for _, value in scalars["system/host_rss_gb"])
+    samples = dict(scalars["perf/samples_per_s"])
+    for step, tokens in scalars["perf/tokens_per_s"]:
+        assert math.isclose(tokens, samples[step] * 32, rel_tol=1e-5)
+    for step, ms in scalars["perf/step_time_ms"]:
+        assert math.isclose(samples[step], 2 / (ms / 1000), rel_tol=1e-4)
+    # The first step includes graph compilation.
+    assert scalars["perf/step_time_ms"][0][1] > 10 * sorted(v for _, v in scalars["perf/step_time_ms"])[STEPS // 2]
+
+
+def test_x_axis_variants_count_samples_and_tokens(tiny_run: TrainingRun) -> None:
+    scalars = read_scalars(tiny_run.run_dir)
+    losses = [value for _, value in scalars["train/loss"]]
+    assert [s for s, _ in scalars["train/loss_vs_samples"]] == [2 * k for k in range(1, STEPS + 1)]
+    assert [s for s, _ in scalars["train/loss_vs_tokens"]] == [64 * k for k in range(1, STEPS + 1)]
+    assert [v for _, v in scalars["train/loss_vs_tokens"]] == losses
+
+
+def test_extra_metrics_from_yaml(tiny_run: TrainingRun) -> None:
+    scalars = read_scalars(tiny_run.run_dir)
+    assert scalars["custom/step_parity"] == [(k, float(k % 2)) for k in range(1, STEPS + 1)]
+    assert all(value == 64.0 for _, value in scalars["custom/batch_tokens"])
