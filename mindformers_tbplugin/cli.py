@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     data_parser.add_argument(
         "--output", default="./output/data/tiny.mindrecord", help="file to write (default: %(default)s)"
     )
-    data_parser.add_argument("--num_samples", type=int, default=512, help="number of sequences (default: %(default)s)")
+    data_parser.add_argument("--num_samples", type=int, default=128, help="number of sequences (default: %(default)s)")
     data_parser.add_argument("--seq_length", type=int, default=32, help="model sequence length (default: %(default)s)")
     data_parser.add_argument("--vocab_size", type=int, default=256, help="vocabulary size (default: %(default)s)")
     data_parser.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")

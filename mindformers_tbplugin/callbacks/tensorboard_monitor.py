@@ -66,7 +66,8 @@ class TensorBoardMonitor(Callback):
         if not problems:
             problems += _check_names(experiment, run_name_pattern)
         self.extra_metrics = []
-        for index, reference in enumerate(extra_metrics or []):
+        references = extra_metrics if isinstance(extra_metrics, list) and not problems else []
+        for index, reference in enumerate(references):
             try:
                 self.extra_metrics.append(custom_metrics.resolve_extra_metric(reference))
             except ValueError as exc:

@@ -1,0 +1,1 @@
+"""Overhead and throughput measurements; `make bench` writes BENCHMARKS.md."""

@@ -1,0 +1,46 @@
+"""TensorBoardMonitor as a plain MindSpore callback (no MindFormers Trainer).
+
+argv: LOG_DIR CHDIR_TO MODE   (MODE: ok | raise)
+The monitor is built with LOG_DIR (possibly relative), then the process changes directory to
+CHDIR_TO before training: the run must still land under the original LOG_DIR.
+"""
+
+import os
+import sys
+
+import mindspore as ms
+import numpy as np
+from mindspore import dataset, nn
+from mindspore.train import Callback, Model
+
+from mindformers_tbplugin import TensorBoardMonitor, log_scalars
+
+log_dir, chdir_to, mode = sys.argv[1:4]
+ms.set_context(mode=0)
+ms.set_device("CPU")
+monitor = TensorBoardMonitor(log_dir=log_dir, experiment="plain", param_norm_every=5)
+os.chdir(chdir_to)
+
+
+class UserCode(Callback):
+    """Any other callback can write through the running monitor."""
+
+    def on_train_step_end(self, run_context):
+        step = run_context.original_args().cur_step_num
+        log_scalars({"user/step_x2": step * 2.0}, kind="data")
+
+
+class FailAtStepSix(Callback):
+    def on_train_step_end(self, run_context):
+        if mode == "raise" and run_context.original_args().cur_step_num == 6:
+            raise RuntimeError("simulated failure at step 6")
+
+
+rng = np.random.default_rng(0)
+features = rng.standard_normal((64, 4)).astype(np.float32)
+targets = (features @ np.array([[1.0], [-2.0], [0.5], [3.0]], dtype=np.float32)).astype(np.float32)
+data = dataset.NumpySlicesDataset({"x": features, "y": targets}, shuffle=False).batch(8)
+net = nn.Dense(4, 1)
+model = Model(net, loss_fn=nn.MSELoss(), optimizer=nn.Momentum(net.trainable_params(), 0.01, 0.9))
+model.train(2, data, callbacks=[monitor, UserCode(), FailAtStepSix()], dataset_sink_mode=False)
+print("RUN_DIR", monitor.run_dir)

@@ -1,0 +1,52 @@
+"""README stays in step with the code; the benchmark harness produces a well-formed table."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from conftest import REPO, subprocess_env
+
+from mindformers_tbplugin.callbacks import TensorBoardMonitor
+from mindformers_tbplugin.schema import params_of
+
+
+def _yaml_value(text: str) -> object:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:  # e.g. "{experiment}_{timestamp}" is a plain string
+        return text
+
+
+def test_readme_documents_every_option_with_its_default() -> None:
+    readme = (REPO / "README.md").read_text()
+    rows = dict(re.findall(r"^\| `(\w+)` \| `([^`]*)` \|", readme, flags=re.M))
+    params = params_of(TensorBoardMonitor)
+    assert set(rows) == {p.name for p in params}
+    for param in params:
+        assert _yaml_value(rows[param.name]) == param.default, param.name
+        assert param.doc, f"{param.name} has no line in the class docstring"
+
+
+def test_readme_starts_with_the_two_commands() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert readme.index("make demo") < readme.index("make test") < readme.index("```yaml\ncallbacks:")
+
+
+def test_benchmark_harness_writes_a_table(tmp_path: Path) -> None:
+    output = tmp_path / "BENCH.md"
+    subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--quick", "--output", str(output)],
+        cwd=REPO,
+        env=subprocess_env(),
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    text = output.read_text()
+    assert "| mftb RunWriter.add_scalars (10 scalars) |" in text
+    assert "| tensorboardX add_scalar x10 |" in text
+    assert re.search(r"Ratio tensorboardX / mftb: \*\*[0-9.]+x\*\*", text)

@@ -1,0 +1,55 @@
+"""TensorBoardMonitor in `Model.train(..., callbacks=[...])` without MindFormers' Trainer."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import HELPERS, read_scalars, run_dirs, subprocess_env
+
+SCRIPT = HELPERS / "plain_mindspore_train.py"
+
+
+def _train(workdir: Path, elsewhere: Path, mode: str) -> subprocess.CompletedProcess[str]:
+    workdir.mkdir()
+    elsewhere.mkdir()
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "relative/tb", str(elsewhere), mode],
+        cwd=workdir,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_plain_model_train_writes_the_tags_it_can_know(tmp_path: Path) -> None:
+    result = _train(tmp_path / "work", tmp_path / "elsewhere", "ok")
+    assert result.returncode == 0, result.stderr[-4000:]
+    # log_dir was made absolute at construction: the chdir before training did not move it.
+    assert not (tmp_path / "elsewhere" / "relative").exists()
+    (run_dir,) = run_dirs(tmp_path / "work" / "relative" / "tb")
+    scalars = read_scalars(run_dir)
+    assert set(scalars) == {
+        "train/loss",
+        "train/lr",
+        "train/param_norm",
+        "perf/step_time_ms",
+        "perf/samples_per_s",
+        "system/host_rss_gb",
+        "user/step_x2",
+    }
+    assert [s for s, _ in scalars["train/loss"]] == list(range(1, 17))  # 2 epochs x 8 batches
+    assert all(abs(v - 0.01) < 1e-9 for _, v in scalars["train/lr"])
+    assert [s for s, _ in scalars["train/param_norm"]] == [5, 10, 15]
+    assert scalars["user/step_x2"] == [(s, 2.0 * s) for s in range(1, 17)]
+    assert scalars["train/loss"][-1][1] < scalars["train/loss"][0][1]
+
+
+def test_training_that_raises_still_closes_the_run(tmp_path: Path) -> None:
+    result = _train(tmp_path / "work", tmp_path / "elsewhere", "raise")
+    assert result.returncode != 0
+    assert "simulated failure at step 6" in result.stderr
+    (run_dir,) = run_dirs(tmp_path / "work" / "relative" / "tb")
+    assert [s for s, _ in read_scalars(run_dir)["train/loss"]] == list(range(1, 7))

@@ -1,0 +1,125 @@
+"""RunWriter: real event files, read back with TensorBoard's own reader."""
+
+from __future__ import annotations
+
+import math
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import HELPERS, read_scalars, subprocess_env
+from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+from mindformers_tbplugin.writer import RunWriter, get_writer
+
+
+def _events(run_dir: Path) -> list:
+    (path,) = run_dir.glob("*tfevents*")
+    return list(EventFileLoader(str(path)).Load())
+
+
+def test_scalars_and_text_round_trip(tmp_path: Path) -> None:
+    writer = RunWriter(tmp_path / "run")
+    writer.add_session_start(1)
+    for step in range(1, 6):
+        writer.add_scalars(step, {"train/loss": 2.0 / step, "train/lr": 1e-3})
+    writer.add_text(5, "meta/note", "hello ✓")
+    writer.close()
+    scalars = read_scalars(tmp_path / "run")
+    assert scalars["train/loss"] == [(s, pytest.approx(2.0 / s)) for s in range(1, 6)]
+    accumulator = EventAccumulator(str(tmp_path / "run"), size_guidance={TENSORS: 0})
+    accumulator.Reload()
+    (text,) = accumulator.Tensors("meta/note")
+    assert text.tensor_proto.string_val[0].decode() == "hello ✓"
+    events = _events(tmp_path / "run")
+    assert events[0].file_version == "brain.Event:2"
+    assert events[1].session_log.status == events[1].session_log.START
+
+
+def test_nan_and_inf_are_written_faithfully(tmp_path: Path) -> None:
+    writer = RunWriter(tmp_path / "run")
+    writer.add_scalars(1, {"a": math.nan, "b": math.inf, "c": -math.inf})
+    writer.close()
+    values = {tag: series[0][1] for tag, series in read_scalars(tmp_path / "run").items()}
+    assert math.isnan(values["a"]) and values["b"] == math.inf and values["c"] == -math.inf
+
+
+def test_flushes_within_flush_secs_without_closing(tmp_path: Path) -> None:
+    slow, fast = RunWriter(tmp_path / "slow", flush_secs=3600), RunWriter(tmp_path / "fast", flush_secs=0.5)
+    for writer in (slow, fast):
+        writer.add_scalars(1, {"train/loss": 1.0})
+    time.sleep(1.5)
+    try:
+        assert read_scalars(tmp_path / "fast").get("train/loss") == [(1, 1.0)]
+        assert "train/loss" not in read_scalars(tmp_path / "slow")  # still in the OS-less buffer
+    finally:
+        slow.close()
+        fast.close()
+    assert read_scalars(tmp_path / "slow")["train/loss"] == [(1, 1.0)]
+
+
+def test_explicit_flush_puts_everything_queued_on_disk(tmp_path: Path) -> None:
+    writer = RunWriter(tmp_path / "run", flush_secs=3600)
+    for step in range(1, 101):
+        writer.add_scalars(step, {"x": float(step)})
+    assert writer.flush(timeout=10)
+    assert len(read_scalars(tmp_path / "run")["x"]) == 100
+    writer.close()
+
+
+def test_one_writer_per_run_folder_per_process(tmp_path: Path) -> None:
+    first = get_writer(tmp_path / "run")
+    assert get_writer(str(tmp_path / "run" / ".")) is first
+    first.close()
+    second = get_writer(tmp_path / "run")
+    assert second is not first
+    second.close()
+
+
+def _child(tmp_path: Path, mode: str, count: int = 500) -> subprocess.Popen[str]:
+    child = subprocess.Popen(
+        [sys.executable, str(HELPERS / "writer_child.py"), str(tmp_path / "run"), mode, str(count)],
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout.readline().strip() == "ready"
+    return child
+
+
+def test_sigterm_closes_with_every_point_and_keeps_the_exit_status(tmp_path: Path) -> None:
+    child = _child(tmp_path, "sigterm")
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=30) == -signal.SIGTERM
+    assert [s for s, _ in read_scalars(tmp_path / "run")["train/loss"]] == list(range(1, 501))
+
+
+@pytest.mark.parametrize(("mode", "status"), [("exit", 0), ("raise", 1)])
+def test_interpreter_exit_and_uncaught_exception_close_the_file(tmp_path: Path, mode: str, status: int) -> None:
+    child = _child(tmp_path, mode)
+    assert child.wait(timeout=30) == status
+    assert len(read_scalars(tmp_path / "run")["train/loss"]) == 500
+
+
+def test_non_ascii_run_folder_is_written_and_read(tmp_path: Path) -> None:
+    run_dir = tmp_path / "实验 ü" / "run"
+    writer = RunWriter(run_dir)
+    writer.add_scalars(3, {"train/loss": 0.5})
+    writer.close()
+    assert read_scalars(run_dir)["train/loss"] == [(3, 0.5)]
+
+
+def test_a_failing_disk_never_raises_to_the_caller(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the run folder should be")
+    writer = RunWriter(blocker / "run", flush_secs=0.2)
+    with pytest.warns(RuntimeWarning, match="cannot write"):
+        for step in range(50):
+            writer.add_scalars(step, {"x": 1.0})
+        writer.flush(timeout=5)
+    writer.close()
