@@ -20,6 +20,7 @@ _LAZY_EXPORTS = {
     "TensorBoardMonitor": "mindformers_tbplugin.callbacks.tensorboard_monitor",
     "CPUTrainOneStepCell": "mindformers_tbplugin.cpu_wrapper",
     "log_scalars": "mindformers_tbplugin.custom_metrics",
+    "log_text": "mindformers_tbplugin.custom_metrics",
     "metric": "mindformers_tbplugin.custom_metrics",
     "MetricKind": "mindformers_tbplugin.metrics",
     "ConfigError": "mindformers_tbplugin.schema",

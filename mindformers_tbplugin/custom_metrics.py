@@ -94,3 +94,19 @@ def log_scalars(values: dict[str, float], step: int | None = None, kind: MetricK
     resolved = MetricKind(kind)
     for sink in _active_sinks:
         sink.log_custom(values, step, resolved)
+
+
+def log_text(tag: str, text: str, step: int | None = None) -> None:
+    """Write a text entry (TensorBoard's Text dashboard) into the running monitor's main run.
+
+    Written by the rank that writes the main run; other ranks' calls are ignored. Outside a
+    monitored training this warns once and drops the text.
+    """
+    global _warned_no_sink
+    if not _active_sinks:
+        if not _warned_no_sink:
+            _warned_no_sink = True
+            logger.warning("log_text: no TensorBoardMonitor is running in this process; text dropped.")
+        return
+    for sink in _active_sinks:
+        sink.log_custom_text(tag, text, step)

@@ -95,6 +95,8 @@ def _type_name(tp: Any) -> str:
         return f"list of {_type_name(item)}"
     if origin in _UNION_ORIGINS:
         return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is typing.Literal:
+        return " or ".join(repr(v) for v in typing.get_args(tp))
     return {int: "integer", float: "number", str: "string", bool: "boolean", dict: "mapping"}.get(
         tp, getattr(tp, "__name__", str(tp))
     )
@@ -167,6 +169,8 @@ def _matches(value: Any, tp: Any) -> bool:
     origin = typing.get_origin(tp)
     if origin in _UNION_ORIGINS:
         return any(_matches(value, a) for a in typing.get_args(tp))
+    if origin is typing.Literal:
+        return value in typing.get_args(tp) and not isinstance(value, bool)
     if origin is list:
         (item,) = typing.get_args(tp) or (Any,)
         return isinstance(value, (list, tuple)) and all(_matches(v, item) for v in value)

@@ -14,11 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mindformers_tbplugin.errors import UsageError
+
 RUN_MODES = ("train", "finetune")
-
-
-class UsageError(ValueError):
-    """A mistake in the command line or config file path: reported without a traceback."""
 
 
 def str2bool(text: str) -> bool:

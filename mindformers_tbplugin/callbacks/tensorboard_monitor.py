@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from mindformers.tools.register import MindFormerModuleType, MindFormerRegister
 from mindspore.train import Callback
 
-from mindformers_tbplugin import custom_metrics, metrics, rundir
+from mindformers_tbplugin import bus, custom_metrics, metrics, rundir
 from mindformers_tbplugin.log import logger
 from mindformers_tbplugin.metrics import MetricKind, StepMetrics
 from mindformers_tbplugin.model_facts import ModelFacts, read_model_facts
@@ -44,6 +45,20 @@ class TensorBoardMonitor(Callback):
             step's callback parameters, returning ``{tag: value}``.
         max_queue: Most items held for the writer thread; beyond it the oldest are dropped (a warning
             says so), so a stalled disk cannot grow memory without bound.
+        aggregate_every: Combine metrics across ranks every this many steps with one collective
+            (data metrics averaged over data-parallel ranks, cross-rank system statistics); must be a
+            multiple of log_every. 0 never communicates: the writing rank's own values are written,
+            under ``local/`` tags.
+        rank_policy: ``writer``: one rank writes the main run (the first rank of the last pipeline
+            stage); ``all``: additionally every rank writes all its own values to ``rank_<id>/``
+            (debugging).
+        per_rank_system: Write each rank's system metrics (step time, throughput, memory) to
+            ``<run>/rank_<id>/``: true, false, or ``auto`` (only when the world size is at most
+            per_rank_limit).
+        per_rank_limit: Largest world size for which ``per_rank_system: auto`` writes per-rank runs;
+            beyond it only the cross-rank summary and the topk_ranks slowest ranks are written.
+        topk_ranks: How many of the slowest ranks (by step time) the main run lists at each
+            aggregation.
     """
 
     def __init__(
@@ -59,12 +74,17 @@ class TensorBoardMonitor(Callback):
         vs_tokens: bool = False,
         extra_metrics: list[str] | None = None,
         max_queue: Annotated[int, Range(min=100)] = 100_000,
+        aggregate_every: Annotated[int, Range(min=0)] = 10,
+        rank_policy: Literal["writer", "all"] = "writer",
+        per_rank_system: bool | Literal["auto"] = "auto",
+        per_rank_limit: Annotated[int, Range(min=1)] = 16,
+        topk_ranks: Annotated[int, Range(min=0)] = 4,
     ) -> None:
         super().__init__()
         arguments = dict(locals())
         problems = check_arguments(type(self), arguments)
         if not problems:
-            problems += _check_names(experiment, run_name_pattern)
+            problems += type(self).check_cross_fields(arguments)
         self.extra_metrics = []
         references = extra_metrics if isinstance(extra_metrics, list) and not problems else []
         for index, reference in enumerate(references):
@@ -108,6 +128,32 @@ class TensorBoardMonitor(Callback):
         self._last_log_time: float | None = None
         self._static_lr: float | None = None
         self._warned: set[str] = set()
+
+    @classmethod
+    def check_cross_fields(cls, arguments: Mapping[str, Any]) -> list[Problem]:
+        """Rules that involve several parameters or a value's shape (types are already right)."""
+        problems = []
+        pattern = arguments.get("run_name_pattern", "{experiment}_{timestamp}")
+        experiment = arguments.get("experiment", "mindformers")
+        unknown = rundir.unknown_run_name_fields(pattern)
+        if unknown:
+            allowed = ", ".join("{" + field + "}" for field in rundir.RUN_NAME_FIELDS)
+            problems.append(
+                Problem("run_name_pattern", f"unknown placeholder(s) {', '.join(unknown)}; allowed: {allowed}")
+            )
+        for key, value in (("experiment", experiment), ("run_name_pattern", pattern)):
+            if not value or value.strip() != value or ".." in Path(value).parts or Path(value).is_absolute():
+                problems.append(Problem(key, f"expected a non-empty relative folder name without '..', got {value!r}"))
+        log_every = arguments.get("log_every", 1)
+        aggregate_every = arguments.get("aggregate_every", 10)
+        if aggregate_every and aggregate_every % log_every:
+            problems.append(
+                Problem(
+                    "aggregate_every",
+                    f"expected a multiple of log_every ({log_every}) or 0, got {aggregate_every}",
+                )
+            )
+        return problems
 
     # -- MindSpore callback hooks -----------------------------------------------------------------
     def on_train_begin(self, run_context: Any) -> None:
@@ -186,6 +232,7 @@ class TensorBoardMonitor(Callback):
     def _emit(self, step_metrics: StepMetrics) -> None:
         values = step_metrics.merged()
         self._writer.add_scalars(step_metrics.step, values)
+        bus.publish(step_metrics.step, values)
         step = step_metrics.step
         if self.vs_samples and self._facts.samples_per_step:
             x = int(step * self._facts.samples_per_step)
@@ -215,6 +262,11 @@ class TensorBoardMonitor(Callback):
             return
         self._writer.add_scalars(self._step if step is None else int(step), clean)
 
+    def log_custom_text(self, tag: str, text: str, step: int | None) -> None:
+        """Entry point of :func:`mindformers_tbplugin.log_text` while this monitor runs."""
+        if self._writer is not None:
+            self._writer.add_text(self._step if step is None else int(step), str(tag), str(text))
+
     def _finish(self) -> None:
         custom_metrics.detach(self)
         writer, self._writer = self._writer, None
@@ -235,20 +287,3 @@ class TensorBoardMonitor(Callback):
             self._warned.add(key)
             logger.warning(message)
             warnings.warn(message, RuntimeWarning, stacklevel=3)
-
-
-def _check_names(experiment: str, pattern: str) -> list[Problem]:
-    problems = []
-    unknown = rundir.unknown_run_name_fields(pattern)
-    if unknown:
-        problems.append(
-            Problem(
-                "run_name_pattern",
-                f"unknown placeholder(s) {', '.join(unknown)}; allowed: "
-                + ", ".join("{" + f + "}" for f in rundir.RUN_NAME_FIELDS),
-            )
-        )
-    for key, value in (("experiment", experiment), ("run_name_pattern", pattern)):
-        if not value or value.strip() != value or ".." in Path(value).parts or Path(value).is_absolute():
-            problems.append(Problem(key, f"expected a non-empty relative folder name without '..', got {value!r}"))
-    return problems

@@ -1,0 +1,26 @@
+"""``mftb train``: train with a MindFormers YAML config (run_mindformer.py's training entry)."""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "train"
+HELP = "train with a MindFormers YAML config (run_mindformer.py's training entry)"
+DESCRIPTION = (
+    "Train with a MindFormers YAML config, as run_mindformer.py does. Unknown '--key.sub value' pairs "
+    "override config keys. Usable as the script msrun starts on every rank."
+)
+ACCEPTS_EXTRA = True
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from mindformers_tbplugin.train import add_train_arguments
+
+    add_train_arguments(parser)
+
+
+def run(args: argparse.Namespace, extra: list[str]) -> int:
+    from mindformers_tbplugin import train
+
+    train.run(args, extra)
+    return 0
