@@ -14,6 +14,7 @@ COMMANDS = (
     "mindformers_tbplugin.commands.train",
     "mindformers_tbplugin.commands.make_data",
     "mindformers_tbplugin.commands.register_path",
+    "mindformers_tbplugin.commands.tensorboard",
 )
 
 

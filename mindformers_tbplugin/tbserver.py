@@ -1,0 +1,116 @@
+"""Start, probe and stop the real TensorBoard server (shared by ``mftb tensorboard`` and ``mftb doctor``)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from mindformers_tbplugin.errors import UsageError
+
+LOOPBACK = "127.0.0.1"
+PORT_SEARCH_SPAN = 100
+
+
+def tensorboard_program() -> str:
+    """The ``tensorboard`` script of this environment (beside our Python), else the one on PATH."""
+    beside = Path(sys.executable).parent / "tensorboard"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("tensorboard")
+    if found is None:
+        raise UsageError("the 'tensorboard' program is not installed: pip install tensorboard")
+    return found
+
+
+def tensorboard_argv(logdir: Path, port: int, bind_all: bool = False, all_points: bool = False) -> list[str]:
+    argv = [tensorboard_program(), "--logdir", str(logdir), "--port", str(port), "--reload_multifile=true"]
+    argv += ["--bind_all"] if bind_all else ["--host", LOOPBACK]
+    if all_points:
+        # The default keeps 1,000 reservoir-sampled points per tag, which can hide loss spikes.
+        argv += ["--samples_per_plugin", "scalars=0"]
+    return argv
+
+
+def port_is_free(port: int, host: str = LOOPBACK) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(preferred: int, host: str = LOOPBACK) -> int:
+    """``preferred`` if nothing listens there, else the next free one above it, else any free port."""
+    for port in range(preferred, min(preferred + PORT_SEARCH_SPAN, 65536)):
+        if port_is_free(port, host):
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def get_json(port: int, path: str, timeout: float = 2.0) -> object | None:
+    """GET ``http://127.0.0.1:port/path`` as JSON; None when nothing (or something else) answers."""
+    try:
+        with urllib.request.urlopen(f"http://{LOOPBACK}:{port}{path}", timeout=timeout) as response:
+            return json.loads(response.read().decode("utf-8"))
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    """What a TensorBoard server on a port says about itself."""
+
+    port: int
+    logdir: str | None
+    runs: list[str]
+    version: str | None
+
+
+def probe(port: int, timeout: float = 2.0) -> ServerFacts | None:
+    """Ask the server on ``port`` which logdir it serves and which runs it sees; None if no TensorBoard answers."""
+    environment = get_json(port, "/data/environment", timeout)
+    if not isinstance(environment, dict):
+        return None
+    logdir = environment.get("data_location")
+    if not logdir:  # older servers
+        legacy = get_json(port, "/data/logdir", timeout)
+        logdir = legacy.get("logdir") if isinstance(legacy, dict) else None
+    runs = get_json(port, "/data/runs", timeout)
+    return ServerFacts(port, logdir, runs if isinstance(runs, list) else [], environment.get("version"))
+
+
+def wait_until_serving(process: subprocess.Popen, port: int, timeout: float = 120.0) -> bool:
+    """Poll until the server answers over HTTP; False if it exited or the time ran out first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            return False
+        if get_json(port, "/data/environment", timeout=1.0) is not None:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def stop(process: subprocess.Popen, grace: float = 10.0) -> int:
+    """SIGTERM (TensorBoard then exits 0 after its exit handlers), SIGKILL after ``grace`` seconds."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.terminate()
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
