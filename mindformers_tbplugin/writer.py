@@ -26,7 +26,7 @@ import threading
 import time
 import warnings
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +93,23 @@ def session_start_event(step: int, wall_time: float) -> event_pb2.Event:
     )
 
 
+def histogram_event(
+    step: int, wall_time: float, tag: str, stats: Mapping[str, float], limits: Sequence[float], counts: Sequence[float]
+) -> event_pb2.Event:
+    """A ``HistogramProto`` value: TensorBoard's histograms and distributions dashboards read it."""
+    histo = summary_pb2.HistogramProto(
+        min=stats["min"],
+        max=stats["max"],
+        num=stats["num"],
+        sum=stats["sum"],
+        sum_squares=stats["sum_squares"],
+        bucket_limit=limits,
+        bucket=counts,
+    )
+    value = summary_pb2.Summary.Value(tag=tag, histo=histo)
+    return event_pb2.Event(wall_time=wall_time, step=step, summary=summary_pb2.Summary(value=[value]))
+
+
 class EventFile:
     """One append-only ``events.out.tfevents.*`` file. Not thread-safe: the writer thread owns it."""
 
@@ -118,7 +135,7 @@ class EventFile:
 # Asynchronous run writer
 # ---------------------------------------------------------------------------------------------
 
-_SCALARS, _TEXT, _START, _FLUSH, _CLOSE = range(5)
+_SCALARS, _TEXT, _START, _FLUSH, _CLOSE, _HISTOGRAM, _BUILT = range(7)
 
 
 class RunWriter:
@@ -164,6 +181,18 @@ class RunWriter:
 
     def add_session_start(self, step: int) -> None:
         self._pending.append((_START, step, time.time()))
+
+    def add_histogram(
+        self, step: int, tag: str, stats: Mapping[str, float], limits: Sequence[float], counts: Sequence[float]
+    ) -> None:
+        """Queue one histogram as plain numbers: ``stats`` holds min, max, num, sum and sum_squares;
+        ``counts[i]`` is the number of values in (limits[i-1], limits[i]]."""
+        self._pending.append((_HISTOGRAM, step, time.time(), tag, stats, limits, counts))
+
+    def add_built(self, step: int, build: Callable[[int, float], event_pb2.Event]) -> None:
+        """Queue a rare, structured record (hparams, a graph): ``build(step, wall_time)`` makes the
+        Event on the writer thread, so the caller neither encodes nor waits."""
+        self._pending.append((_BUILT, step, time.time(), build))
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Block until everything queued before this call is written and flushed to the OS."""
@@ -216,6 +245,12 @@ class RunWriter:
                 self._write(text_event, item[1], item[2], item[3], item[4])
             elif kind == _START:
                 self._write(session_start_event, item[1], item[2])
+            elif kind == _HISTOGRAM:
+                self._write(histogram_event, *item[1:])
+            elif kind == _BUILT:
+                event = self._build_guarded(item[3], item[1], item[2])
+                if event is not None:
+                    self._write(lambda built=event: built)
             elif kind == _FLUSH:
                 self._flush_file()
                 item[1].set()
@@ -244,6 +279,16 @@ class RunWriter:
         if self._failing_since is not None:
             logger.warning("TensorBoard writer for %s: writing works again, monitoring resumed.", self.run_dir)
             self._failing_since = None
+
+    def _build_guarded(
+        self, build: Callable[[int, float], event_pb2.Event], step: int, wall_time: float
+    ) -> event_pb2.Event | None:
+        """Run a queued builder; one that raises costs only its own record, never the writer thread."""
+        try:
+            return build(step, wall_time)
+        except Exception as exc:
+            self._warn_once(f"build:{getattr(build, '__qualname__', build)}", f"TensorBoard record skipped: {exc!r}")
+            return None
 
     def _flush_file(self) -> None:
         if self._file is None:
