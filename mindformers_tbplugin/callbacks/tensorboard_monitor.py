@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from mindformers.tools.register import MindFormerModuleType, MindFormerRegister
 from mindspore.train import Callback
 
 from mindformers_tbplugin import bus, custom_metrics, metrics, rundir
@@ -21,7 +20,6 @@ from mindformers_tbplugin.system_stats import DeviceMemory, HostMemory
 from mindformers_tbplugin.writer import RunWriter, get_writer
 
 
-@MindFormerRegister.register(MindFormerModuleType.CALLBACK)
 class TensorBoardMonitor(Callback):
     """Write training metrics to TensorBoard: loss, lr, grad norm, loss scale, throughput, memory.
 
