@@ -15,6 +15,7 @@ COMMANDS = (
     "mindformers_tbplugin.commands.make_data",
     "mindformers_tbplugin.commands.register_path",
     "mindformers_tbplugin.commands.tensorboard",
+    "mindformers_tbplugin.commands.doctor",
 )
 
 

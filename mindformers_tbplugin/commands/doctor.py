@@ -1,0 +1,50 @@
+"""``mftb doctor``: check a logdir and the TensorBoard serving it; a verdict and a fix per check."""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "doctor"
+HELP = "check LOGDIR's event files and the TensorBoard serving it, with a fix for each problem"
+DESCRIPTION = (
+    "Checks: event files present (else where recent runs are), files complete (not torn or still open), one "
+    "writer per run folder, steps never going backwards without a restart marker, ASCII paths, logdir size, "
+    "and a TensorBoard on --port serving LOGDIR. Exit status 0 when every check passes, 1 otherwise."
+)
+_MARKS = {"ok": "[ OK ]", "warn": "[WARN]", "fail": "[FAIL]"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("logdir", metavar="LOGDIR", help="folder holding the run folders, e.g. ./output/tensorboard")
+    parser.add_argument("--port", type=int, default=6006, help="port where TensorBoard should serve (default: 6006)")
+    parser.add_argument(
+        "--max_gb", type=float, default=1.0, help="event-file size above which loading is slow (default: 1.0)"
+    )
+    parser.add_argument(
+        "--max_points_per_tag",
+        type=int,
+        default=100_000,
+        help="scalar points per tag and run above which a tag is heavy (default: 100000)",
+    )
+
+
+def run(args: argparse.Namespace, extra: list[str]) -> int:
+    from mindformers_tbplugin.doctor import OK, run_checks
+    from mindformers_tbplugin.errors import UsageError
+    from mindformers_tbplugin.rundir import absolute_path
+
+    if not 1 <= args.port <= 65535:
+        raise UsageError(f"--port must be between 1 and 65535, got {args.port}")
+    if args.max_gb <= 0 or args.max_points_per_tag < 1:
+        raise UsageError("--max_gb and --max_points_per_tag must be positive")
+    logdir = absolute_path(args.logdir).resolve()
+    verdicts = run_checks(logdir, args.logdir, args.port, args.max_gb, args.max_points_per_tag)
+    for verdict in verdicts:
+        print(f"{_MARKS[verdict.status]} {verdict.check}: {verdict.summary}")
+        for line in verdict.details:
+            print(f"       {line}")
+        if verdict.status != OK and verdict.fix:
+            print(f"       fix: {verdict.fix}")
+    failed = sum(v.status != OK for v in verdicts)
+    print(f"{len(verdicts) - failed} of {len(verdicts)} checks passed.")
+    return 0 if failed == 0 else 1

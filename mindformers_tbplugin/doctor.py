@@ -1,0 +1,378 @@
+"""The checks behind ``mftb doctor``: what users otherwise find out by hand when TensorBoard shows nothing or nonsense.
+
+Each check returns a :class:`Verdict` with what it found and how to fix it. Event files are read once,
+streaming (:mod:`mindformers_tbplugin.eventscan`); the checks share that one pass.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mindformers_tbplugin import eventscan, tbserver
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+OPEN_SECS = 10.0  # a file modified this recently is still being written (TensorBoardMonitor flushes every 5 s)
+MAX_LISTED = 5
+SEARCH_DEPTH = 5
+SEARCH_MAX_DIRS = 20_000
+MINDSPORE_SUMMARY_MARK = ".out.events.summary."  # SummaryRecord's files: MindInsight's format, not TensorBoard's
+
+
+@dataclass
+class Verdict:
+    check: str
+    status: str
+    summary: str
+    details: list[str] = field(default_factory=list)
+    fix: str | None = None
+
+
+@dataclass
+class RunScan:
+    path: Path
+    files: list[eventscan.FileScan]
+    backsteps: list[eventscan.Backstep]
+
+    @property
+    def points(self) -> Counter[str]:
+        total: Counter[str] = Counter()
+        for scan in self.files:
+            total.update(scan.points)
+        return total
+
+
+def scan_logdir(logdir: Path) -> list[RunScan]:
+    runs = []
+    for run_dir in eventscan.walk_runs(logdir):
+        backsteps: list[eventscan.Backstep] = []
+        files, last_step = [], None
+        for path in eventscan.event_files(run_dir):
+            scan = eventscan.scan_file(path, backsteps, last_step)
+            files.append(scan)
+            if scan.last_step is not None:
+                last_step = scan.last_step if last_step is None else max(last_step, scan.last_step)
+        runs.append(RunScan(run_dir, files, backsteps))
+    return runs
+
+
+def _rel(path: Path, logdir: Path) -> str:
+    try:
+        return str(path.relative_to(logdir)) or "."
+    except ValueError:
+        return str(path)
+
+
+# -- event files present -----------------------------------------------------------------------
+
+
+def check_event_files(logdir: Path, given: str, runs: list[RunScan]) -> Verdict:
+    if runs:
+        count = sum(len(run.files) for run in runs)
+        return Verdict("event files", OK, f"{len(runs)} runs, {count} event files under {logdir}")
+    where = "does not exist" if not logdir.exists() else "holds no *tfevents* files"
+    details = []
+    summaries = _summary_files(logdir) if logdir.is_dir() else []
+    if summaries:
+        details.append(
+            f"{len(summaries)} MindSpore .summary files (SummaryRecord/SummaryCollector) are here, e.g. "
+            f"{summaries[0]}: TensorBoard cannot read them; add TensorBoardMonitor to the YAML callbacks instead"
+        )
+    found = find_runs_elsewhere(logdir, given)
+    if found:
+        details.append("event files of recent runs are here (newest first):")
+        details += [f"  {folder}  (modified {_age(mtime)} ago)" for folder, mtime in found]
+        fix = f"point TensorBoard at the folder above the run folders: mftb tensorboard {found[0][0].parent}"
+    else:
+        fix = "check the log_dir of TensorBoardMonitor in the YAML; relative paths resolve against the training's cwd"
+    return Verdict("event files", FAIL, f"LOGDIR {logdir} {where}", details, fix)
+
+
+def _summary_files(logdir: Path) -> list[Path]:
+    found = []
+    for folder, _, files in os.walk(logdir):
+        found += [Path(folder) / name for name in files if MINDSPORE_SUMMARY_MARK in name]
+        if len(found) >= MAX_LISTED:
+            break
+    return found
+
+
+def search_roots(logdir: Path, given: str) -> list[Path]:
+    """Where event files of recent runs usually are when LOGDIR holds none."""
+    cwd, home = Path.cwd(), Path.home()
+    roots = [cwd / "output", cwd]
+    # A relative log_dir resolves against the training's working directory, which may not be ours.
+    if not os.path.isabs(given):
+        roots += [base / given for base in (*cwd.parents[:3], home)]
+    roots += [p for p in logdir.parents[:2] if p != Path(p.anchor)]
+    roots.append(home)
+    unique = []
+    for root in roots:
+        if root.is_dir() and root not in unique:
+            unique.append(root)
+    return unique
+
+
+def find_runs_elsewhere(logdir: Path, given: str) -> list[tuple[Path, float]]:
+    runs: dict[Path, float] = {}
+    for root in search_roots(logdir, given):
+        for run_dir in eventscan.walk_runs(root, max_depth=SEARCH_DEPTH, max_dirs=SEARCH_MAX_DIRS):
+            if run_dir not in runs:
+                runs[run_dir] = max(p.stat().st_mtime for p in eventscan.event_files(run_dir))
+    return sorted(runs.items(), key=lambda item: -item[1])[:MAX_LISTED]
+
+
+def _age(mtime: float) -> str:
+    seconds = max(0.0, time.time() - mtime)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+# -- complete files ----------------------------------------------------------------------------
+
+
+def processes_holding(paths: set[Path]) -> dict[Path, str]:
+    """Which local process (``pid N (program)``) has each file open, from /proc (Linux; empty elsewhere)."""
+    holders: dict[Path, str] = {}
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return holders
+    for pid_dir in proc.iterdir():
+        if not pid_dir.name.isdigit():
+            continue
+        try:
+            for fd in (pid_dir / "fd").iterdir():
+                target = Path(os.readlink(fd))
+                if target in paths:
+                    name = (pid_dir / "comm").read_text().strip()
+                    holders[target] = f"pid {pid_dir.name} ({name})"
+        except OSError:  # the process exited, or it is not ours to look at
+            continue
+    return holders
+
+
+def check_complete_files(logdir: Path, runs: list[RunScan]) -> Verdict:
+    files = [scan for run in runs for scan in run.files]
+    holders = processes_holding({scan.path.resolve() for scan in files})
+    now = time.time()
+    broken, open_now = [], []
+    for scan in files:
+        holder = holders.get(scan.path.resolve())
+        recent = now - scan.mtime < OPEN_SECS
+        name = _rel(scan.path, logdir)
+        if holder or recent:
+            why = f"open by {holder}" if holder else f"modified {now - scan.mtime:.0f} s ago"
+            open_now.append(f"{name}: {why}" + (" (its last record is still being written)" if scan.problem else ""))
+        elif scan.problem == "torn":
+            broken.append(
+                f"{name}: ends inside a record after {scan.records} complete records; the last "
+                f"{scan.size - scan.valid_bytes} bytes are a torn write (writer killed mid-write?)"
+            )
+        elif scan.problem == "corrupt":
+            broken.append(
+                f"{name}: checksum mismatch at byte {scan.valid_bytes} after {scan.records} records; "
+                f"TensorBoard stops reading this file there ({scan.size - scan.valid_bytes} bytes unread)"
+            )
+    if broken:
+        return Verdict(
+            "files complete",
+            FAIL,
+            f"{len(broken)} event files are damaged at the end",
+            broken[:MAX_LISTED] + open_now[:MAX_LISTED],
+            "TensorBoard shows the points before the damage. To keep them and silence the error, cut each file "
+            "to its last complete record (truncate -s <byte> FILE, the byte offset above); "
+            "close writers properly (TensorBoardMonitor does at train end and on SIGTERM, not on SIGKILL)",
+        )
+    if open_now:
+        return Verdict(
+            "files complete",
+            WARN,
+            f"{len(open_now)} event files are still open (being written now)",
+            open_now[:MAX_LISTED],
+            "normal while training runs; if training has ended, its writer was not closed: "
+            "end the process with SIGTERM (not SIGKILL) so every queued point reaches the file",
+        )
+    return Verdict("files complete", OK, f"all {len(files)} event files end with a complete, checksummed record")
+
+
+# -- one writer per run ------------------------------------------------------------------------
+
+
+def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+def check_single_writer(logdir: Path, runs: list[RunScan]) -> Verdict:
+    """Two files of one run written at the same time over the same steps: two processes share the folder."""
+    clashes = []
+    for run in runs:
+        spans = [s for s in run.files if s.first_step is not None and s.first_wall is not None]
+        for i, a in enumerate(spans):
+            for b in spans[i + 1 :]:
+                same_time = _overlap((a.first_wall, a.last_wall), (b.first_wall, b.last_wall))
+                same_steps = _overlap((a.first_step, a.last_step), (b.first_step, b.last_step))
+                if same_time and same_steps:
+                    clashes.append(
+                        f"{_rel(run.path, logdir)}: {a.path.name} ({a.writer}, steps {a.first_step}-{a.last_step}) "
+                        f"and {b.path.name} ({b.writer}, steps {b.first_step}-{b.last_step}) were written "
+                        "at the same time"
+                    )
+    if clashes:
+        return Verdict(
+            "one writer per run",
+            FAIL,
+            f"{len(clashes)} pairs of event files written concurrently into one run folder",
+            clashes[:MAX_LISTED],
+            "TensorBoard merges both into one zig-zag curve. Give each process its own folder: one "
+            "TensorBoardMonitor per job (it writes from one rank; rank_policy/per_rank_system write "
+            "rank_<id>/ sub-runs), or a distinct log_dir/experiment per job",
+        )
+    return Verdict("one writer per run", OK, "no run folder has two writers at once")
+
+
+# -- steps ---------------------------------------------------------------------------------------
+
+
+def check_steps_forward(logdir: Path, runs: list[RunScan]) -> Verdict:
+    problems = []
+    for run in runs:
+        if run.backsteps:
+            first = run.backsteps[0]
+            problems.append(
+                f"{_rel(run.path, logdir)}: step {first.from_step} -> {first.to_step} in {first.path.name}"
+                + (f" (and {len(run.backsteps) - 1} more)" if len(run.backsteps) > 1 else "")
+            )
+    if problems:
+        return Verdict(
+            "steps go forward",
+            FAIL,
+            f"{len(problems)} runs have steps going backwards with no restart marker (resume without purge)",
+            problems[:MAX_LISTED],
+            "a restart must write SessionLog.START at the resume step (TensorBoardMonitor does; tensorboardX: "
+            "SummaryWriter(purge_step=N)); otherwise write the restarted training into a new run folder",
+        )
+    return Verdict("steps go forward", OK, "steps never go backwards without a restart marker")
+
+
+# -- paths ---------------------------------------------------------------------------------------
+
+
+def check_ascii_paths(logdir: Path, runs: list[RunScan]) -> Verdict:
+    paths = [logdir] + [scan.path for run in runs for scan in run.files]
+    odd = [str(p) for p in paths if not str(p).isascii()]
+    if odd:
+        return Verdict(
+            "ASCII paths",
+            WARN,
+            f"{len(odd)} paths contain non-ASCII characters",
+            odd[:MAX_LISTED],
+            "they work with a UTF-8 locale; under LANG=C, in some shells, URLs and MindSpore's file APIs they "
+            "break: rename the folders to ASCII",
+        )
+    return Verdict("ASCII paths", OK, "all paths are ASCII")
+
+
+# -- size --------------------------------------------------------------------------------------
+
+
+def check_size(logdir: Path, runs: list[RunScan], max_gb: float, max_points: int, max_runs: int) -> Verdict:
+    total = sum(scan.size for run in runs for scan in run.files)
+    heavy = []
+    for run in runs:
+        for tag, count in run.points.items():
+            if count > max_points:
+                heavy.append(f"{_rel(run.path, logdir)} {tag}: {count:,} points")
+    problems = heavy[:MAX_LISTED]
+    if total > max_gb * 1024**3:
+        problems.insert(0, f"event files total {total / 1024**3:.2f} GB (over {max_gb:g} GB)")
+    if len(runs) > max_runs:
+        problems.insert(0, f"{len(runs)} runs (over {max_runs})")
+    summary = f"{total / 1024**2:.1f} MB in {len(runs)} runs"
+    if problems:
+        return Verdict(
+            "logdir size",
+            WARN,
+            f"{summary}: TensorBoard will load slowly",
+            problems,
+            "point TensorBoard at one experiment's folder instead of the whole tree, move old runs away, or "
+            f"log less often (log_every); tags over {max_points:,} points are heavy with --all_points",
+        )
+    return Verdict("logdir size", OK, summary)
+
+
+# -- server --------------------------------------------------------------------------------------
+
+
+def _same_or_parent(served: str, logdir: Path) -> bool:
+    served_path = Path(served).expanduser().resolve()
+    return logdir == served_path or served_path in logdir.parents
+
+
+def check_server(logdir: Path, port: int, runs: list[RunScan]) -> Verdict:
+    name = f"TensorBoard on port {port}"
+    facts = tbserver.probe(port)
+    if facts is None:
+        others = _servers_for(logdir)
+        details = [f"TensorBoard serving it: http://{tbserver.LOOPBACK}:{p}/" for p in others]
+        listening = not tbserver.port_is_free(port)
+        summary = f"something else listens on 127.0.0.1:{port}" if listening else f"nothing listens on {port}"
+        return Verdict(name, FAIL, summary, details, f"mftb tensorboard {logdir} --port {port}")
+    if not facts.logdir or not _same_or_parent(facts.logdir, logdir):
+        return Verdict(
+            name,
+            FAIL,
+            f"it serves {facts.logdir or 'an unknown logdir'}, not {logdir}",
+            [],
+            f"mftb tensorboard {logdir} (it picks a free port)",
+        )
+    served_root = Path(facts.logdir).expanduser().resolve()
+    expected = {_rel(run.path, served_root) for run in runs}
+    missing = sorted(expected - set(facts.runs))
+    if missing:
+        return Verdict(
+            name,
+            WARN,
+            f"serves {facts.logdir} but does not list {len(missing)} of its runs yet",
+            missing[:MAX_LISTED],
+            "TensorBoard rescans every 5 s; if they stay missing, restart it with mftb tensorboard "
+            "(which passes --reload_multifile=true)",
+        )
+    return Verdict(name, OK, f"serves {facts.logdir} with {len(facts.runs)} runs (TensorBoard {facts.version})")
+
+
+def _servers_for(logdir: Path) -> list[int]:
+    """Ports of TensorBoards on this machine that registered themselves as serving ``logdir``."""
+    from tensorboard import manager
+
+    try:
+        infos = manager.get_all()
+    except OSError:
+        return []
+    return [info.port for info in infos if info.logdir and _same_or_parent(info.logdir, logdir)]
+
+
+def run_checks(
+    logdir: Path,
+    given: str,
+    port: int,
+    max_gb: float = 1.0,
+    max_points: int = 100_000,
+    max_runs: int = 300,
+) -> list[Verdict]:
+    runs = scan_logdir(logdir) if logdir.is_dir() else []
+    verdicts = [check_event_files(logdir, given, runs)]
+    if runs:
+        verdicts += [
+            check_complete_files(logdir, runs),
+            check_single_writer(logdir, runs),
+            check_steps_forward(logdir, runs),
+            check_ascii_paths(logdir, runs),
+            check_size(logdir, runs, max_gb, max_points, max_runs),
+        ]
+    verdicts.append(check_server(logdir, port, runs))
+    return verdicts

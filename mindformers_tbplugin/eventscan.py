@@ -1,0 +1,145 @@
+"""Read event files record by record (framing and CRC checked), keeping only small per-file summaries.
+
+Memory stays flat whatever the file size: one record is held at a time, and a file's summary holds
+counters per tag, never the points themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tensorboard.compat.proto import event_pb2
+
+# The writer owns the framing; checking with its own function keeps one definition of the checksum.
+from mindformers_tbplugin.writer import _masked_crc as masked_crc
+
+EVENT_FILE_MARKER = "tfevents"  # TensorBoard opens only files whose name contains it
+_HEADER = 12  # uint64 length + masked CRC32C of the length
+_FOOTER = 4  # masked CRC32C of the payload
+# events.out.tfevents.<stamp>.<host>[.<pid>.<serial>][suffix]; torch/mftb add the pid, tensorboardX does not.
+_NAME = re.compile(r"\.tfevents\.(\d+)\.(.+?)(?:\.(\d+)\.(\d+))?(\.[^.\d][^.]*)?$")
+_SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", "site-packages", ".cache"}
+
+
+@dataclass(frozen=True)
+class Backstep:
+    """A step lower than an earlier one, with no ``SessionLog.START`` purging the earlier points."""
+
+    path: Path
+    from_step: int
+    to_step: int
+
+
+@dataclass
+class FileScan:
+    path: Path
+    size: int
+    mtime: float
+    records: int = 0
+    valid_bytes: int = 0  # everything up to here is complete, checksummed records
+    problem: str | None = None  # "torn" (ends mid-record) or "corrupt" (a checksum does not match)
+    first_step: int | None = None
+    last_step: int | None = None
+    first_wall: float | None = None
+    last_wall: float | None = None
+    starts: list[int] = field(default_factory=list)  # steps of SessionLog.START events
+    points: Counter[str] = field(default_factory=Counter)  # scalar points per tag
+
+    @property
+    def writer(self) -> str:
+        """Who wrote the file, from its name: ``host pid N`` when the name carries a pid, else ``host``."""
+        match = _NAME.search(self.path.name)
+        if match is None:
+            return self.path.name
+        host, pid = match.group(2), match.group(3)
+        return f"{host} pid {pid}" if pid else host
+
+
+def iter_records(handle) -> Iterator[tuple[int, bytes | None, str | None]]:
+    """Yield ``(offset, payload, None)`` per record, finally ``(offset, None, problem)`` if the file is damaged."""
+    offset = 0
+    while True:
+        header = handle.read(_HEADER)
+        if not header:
+            return
+        if len(header) < _HEADER:
+            yield offset, None, "torn"
+            return
+        if masked_crc(header[:8]) != header[8:]:
+            yield offset, None, "corrupt"
+            return
+        (length,) = struct.unpack("<Q", header[:8])
+        body = handle.read(length + _FOOTER)
+        if len(body) < length + _FOOTER:
+            yield offset, None, "torn"
+            return
+        payload = body[:length]
+        if masked_crc(payload) != body[length:]:
+            yield offset, None, "corrupt"
+            return
+        yield offset, payload, None
+        offset += _HEADER + length + _FOOTER
+
+
+def scan_file(path: Path, backsteps: list[Backstep] | None = None, last_step: int | None = None) -> FileScan:
+    """Summarize one event file. Steps going below ``last_step`` (the run's so far) go to ``backsteps``."""
+    stat = path.stat()
+    scan = FileScan(path, stat.st_size, stat.st_mtime)
+    high = last_step
+    event = event_pb2.Event()
+    with open(path, "rb") as handle:
+        for offset, payload, problem in iter_records(handle):
+            if problem is not None:
+                scan.problem = problem
+                break
+            scan.records += 1
+            scan.valid_bytes = offset + _HEADER + len(payload) + _FOOTER
+            try:
+                event.ParseFromString(payload)
+            except Exception:  # a checksummed record that is no Event: not ours to judge
+                continue
+            if event.wall_time:
+                scan.first_wall = scan.first_wall or event.wall_time
+                scan.last_wall = event.wall_time
+            if event.HasField("session_log") and event.session_log.status == event_pb2.SessionLog.START:
+                scan.starts.append(event.step)
+                # TensorBoard drops the earlier points at or after this step: lower steps are fine again.
+                high = event.step - 1 if high is None else min(high, event.step - 1)
+                continue
+            if not event.HasField("summary"):
+                continue
+            step = event.step
+            for value in event.summary.value:
+                if value.HasField("simple_value") or value.metadata.plugin_data.plugin_name == "scalars":
+                    scan.points[value.tag] += 1
+            if scan.first_step is None:
+                scan.first_step = step
+            scan.last_step = step
+            if high is not None and step < high and backsteps is not None:
+                backsteps.append(Backstep(path, high, step))
+            high = step if high is None else max(high, step)
+    return scan
+
+
+def event_files(run_dir: Path) -> list[Path]:
+    """The run's event files in the order TensorBoard reads them (by name: the name starts with the time)."""
+    return sorted(p for p in run_dir.iterdir() if EVENT_FILE_MARKER in p.name and p.is_file())
+
+
+def walk_runs(root: Path, max_depth: int | None = None, max_dirs: int | None = None) -> Iterator[Path]:
+    """Folders under ``root`` (itself included) holding event files: TensorBoard's runs."""
+    for visited, (folder, subdirs, files) in enumerate(os.walk(root), start=1):
+        depth = len(Path(folder).relative_to(root).parts)
+        subdirs[:] = sorted(d for d in subdirs if d not in _SKIP_DIRS and not d.startswith("."))
+        if max_depth is not None and depth >= max_depth:
+            subdirs.clear()
+        if any(EVENT_FILE_MARKER in name for name in files):
+            yield Path(folder)
+        if max_dirs is not None and visited >= max_dirs:
+            return
