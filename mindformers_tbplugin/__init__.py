@@ -18,6 +18,8 @@ __version__ = "0.1.0"
 # Public names, loaded on first use so that importing the package stays free of MindSpore.
 _LAZY_EXPORTS = {
     "TensorBoardMonitor": "mindformers_tbplugin.callbacks.tensorboard_monitor",
+    "HistogramMonitor": "mindformers_tbplugin.callbacks.histogram_monitor",
+    "AlertMonitor": "mindformers_tbplugin.callbacks.alert_monitor",
     "CPUTrainOneStepCell": "mindformers_tbplugin.cpu_wrapper",
     "log_scalars": "mindformers_tbplugin.custom_metrics",
     "log_text": "mindformers_tbplugin.custom_metrics",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from mindformers_tbplugin.log import logger
@@ -76,6 +77,17 @@ def attach(sink: ScalarSink) -> None:
 def detach(sink: ScalarSink) -> None:
     if sink in _active_sinks:
         _active_sinks.remove(sink)
+
+
+def active_run_dir() -> Path | None:
+    """Main run folder of the TensorBoardMonitor writing in this process, looked up at call time
+    (None outside a monitored training or on a rank that does not write). Other producers get the
+    same writer with ``writer.get_writer(active_run_dir())``."""
+    for sink in _active_sinks:
+        run_dir = getattr(sink, "run_dir", None)
+        if run_dir is not None:
+            return Path(run_dir)
+    return None
 
 
 def log_scalars(values: dict[str, float], step: int | None = None, kind: MetricKind | str = MetricKind.MODEL) -> None:

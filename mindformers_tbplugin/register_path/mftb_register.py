@@ -9,7 +9,7 @@ MindFormers copies this file into its module cache and reads the named class fro
 with ``REGISTER_PATH=$(mftb register-path)`` (or ``run_mindformer.py --register_path ...``).
 """
 
-from mindformers_tbplugin.callbacks import TensorBoardMonitor
+from mindformers_tbplugin.callbacks import AlertMonitor, HistogramMonitor, TensorBoardMonitor
 from mindformers_tbplugin.cpu_wrapper import CPUTrainOneStepCell
 
-__all__ = ["CPUTrainOneStepCell", "TensorBoardMonitor"]
+__all__ = ["AlertMonitor", "CPUTrainOneStepCell", "HistogramMonitor", "TensorBoardMonitor"]

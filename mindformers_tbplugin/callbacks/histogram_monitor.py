@@ -1,0 +1,141 @@
+"""``HistogramMonitor``: parameter histograms in the run of the process's TensorBoardMonitor."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from mindspore.train import Callback
+
+from mindformers_tbplugin import custom_metrics, histograms
+from mindformers_tbplugin.log import logger
+from mindformers_tbplugin.model_facts import read_model_facts
+from mindformers_tbplugin.ranks import current_topology
+from mindformers_tbplugin.schema import ConfigError, Problem, Range, check_arguments
+from mindformers_tbplugin.writer import get_writer
+
+TAG_PREFIX = "params/"
+
+
+class HistogramMonitor(Callback):
+    """Write histograms of the trainable parameters (TensorBoard's Histograms and Distributions
+    dashboards) into the run of the TensorBoardMonitor of the same training, on the rank that writes
+    it. Tags are ``params/<parameter name>``.
+
+    Args:
+        every_steps: Write a round of histograms every this many training steps; 0: not by steps.
+        every_epochs: Write a round of histograms at the end of every this many epochs; 0: not by
+            epochs.
+        include: Parameter-name patterns (shell style, e.g. ``"*attention*"``); only matching
+            parameters are written. null: all trainable parameters.
+        exclude: Parameter-name patterns to leave out, applied after include.
+        max_elements: Most values read per parameter; a larger tensor is summarised from a
+            deterministic strided sample of this size, so the cost of a histogram is bounded.
+        bins: Equal-width buckets per histogram, between the smallest and largest value.
+    """
+
+    def __init__(
+        self,
+        every_steps: Annotated[int, Range(min=0)] = 100,
+        every_epochs: Annotated[int, Range(min=0)] = 0,
+        include: list[str] | None = None,
+        exclude: list[str] | None = None,
+        max_elements: Annotated[int, Range(min=100)] = 65_536,
+        bins: Annotated[int, Range(min=2, max=1000)] = 30,
+    ) -> None:
+        super().__init__()
+        arguments = dict(locals())
+        problems = check_arguments(type(self), arguments)
+        if not problems:
+            problems += type(self).check_cross_fields(arguments)
+        if problems:
+            raise ConfigError.for_owner(type(self).__name__, problems)
+        self.every_steps = every_steps
+        self.every_epochs = every_epochs
+        self.include = list(include) if include else None
+        self.exclude = list(exclude) if exclude else None
+        self.max_elements = max_elements
+        self.bins = bins
+        self._params: list[Any] = []  # the selected parameters, fixed at train begin
+        self._on_device = False
+        self._step_offset = 0
+        self._last_step: int | None = None
+        self._warned: set[str] = set()
+
+    @classmethod
+    def check_cross_fields(cls, arguments: Mapping[str, Any]) -> list[Problem]:
+        if not arguments.get("every_steps", 100) and not arguments.get("every_epochs", 0):
+            return [Problem("every_steps", "every_steps and every_epochs are both 0: no histogram would be written")]
+        return []
+
+    # -- MindSpore callback hooks -----------------------------------------------------------------
+    def on_train_begin(self, run_context: Any) -> None:
+        try:
+            self._begin(run_context.original_args())
+        except Exception as exc:  # monitoring never stops training
+            self._warn_once("begin", f"HistogramMonitor: {exc!r} at train begin; no histograms")
+            self._params = []
+
+    def on_train_step_end(self, run_context: Any) -> None:
+        if self._params and self.every_steps:
+            cb_params = run_context.original_args()
+            step = self._step_offset + int(cb_params.cur_step_num)
+            if step % self.every_steps == 0:
+                self._guarded_round(step)
+
+    def on_train_epoch_end(self, run_context: Any) -> None:
+        if self._params and self.every_epochs:
+            cb_params = run_context.original_args()
+            if int(cb_params.cur_epoch_num) % self.every_epochs == 0:
+                self._guarded_round(self._step_offset + int(cb_params.cur_step_num))
+
+    # -- internals --------------------------------------------------------------------------------
+    def _begin(self, cb_params: Any) -> None:
+        topology = current_topology()
+        if not topology.is_writer:
+            return
+        facts = read_model_facts(cb_params, topology)
+        self._step_offset = facts.initial_global_step - int(cb_params.get("cur_step_num") or 0)
+        by_name = {param.name: param for param in facts.trainable_params}
+        chosen = histograms.select_names(by_name, self.include, self.exclude)
+        self._params = [by_name[name] for name in chosen]
+        if not self._params:
+            self._warn_once(
+                "empty", f"HistogramMonitor: no parameter matches include={self.include} exclude={self.exclude}"
+            )
+        self._on_device = _device_target() != "CPU"  # a CPU tensor's asnumpy() shares memory: sample in numpy
+
+    def _guarded_round(self, step: int) -> None:
+        if step == self._last_step:  # the step and epoch schedules met
+            return
+        self._last_step = step
+        try:
+            self._round(step)
+        except Exception as exc:
+            self._warn_once("round", f"HistogramMonitor: {exc!r}; skipping this round, training continues")
+
+    def _round(self, step: int) -> None:
+        """Compute the histograms here (numpy); the writer thread encodes and writes them."""
+        run_dir = custom_metrics.active_run_dir()
+        if run_dir is None:
+            self._warn_once("no-run", "HistogramMonitor: no TensorBoardMonitor writes in this process; add one")
+            return
+        writer = get_writer(run_dir)
+        for param in self._params:
+            values = histograms.sampled_values(param, self.max_elements, on_device=self._on_device)
+            summary = histograms.histogram(values, self.bins)
+            if summary is not None:
+                writer.add_histogram(step, TAG_PREFIX + param.name, summary.stats, summary.limits, summary.counts)
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def _device_target() -> str:
+    from mindspore import context
+
+    return str(context.get_context("device_target"))
