@@ -41,6 +41,12 @@ def _find(root: Any, predicate: Any, max_nodes: int = 200) -> Any | None:
     return None
 
 
+def find_attribute(root: Any, name: str) -> Any:
+    """The first ``name`` attribute found on ``root`` or the cells it wraps, else None."""
+    holder = _find(root, lambda cell: getattr(cell, name, None) is not None)
+    return getattr(holder, name) if holder is not None else None
+
+
 def _seq_length(network: Any) -> int | None:
     holder = _find(network, lambda cell: isinstance(getattr(getattr(cell, "config", None), "seq_length", None), int))
     return holder.config.seq_length if holder is not None else None

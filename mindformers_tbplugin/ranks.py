@@ -1,12 +1,27 @@
-"""Rank and topology facts: who this process is and who writes the main run.
+"""Rank facts and cross-rank aggregation: the only module that calls collectives.
 
-Kept free of collectives for now; cross-rank aggregation lives here too when it is added.
+Per aggregation interval a multi-rank job communicates exactly twice, however many metrics there
+are: one all-reduce (sum) of a fixed-size float32 vector holding every data metric of every logged
+step of the interval, and one all-gather of each rank's few system values. Both vectors have sizes
+fixed for the whole run (a collective with mismatched sizes would hang), and the data vector
+carries a fingerprint of the tag layout so that ranks logging different data tags are detected
+instead of being averaged wrongly.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import zlib
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mindformers_tbplugin import metrics
+
+MAX_DATA_TAGS = 16  # data metrics aggregated per logged step; more are written as local values
+_FINGERPRINT_BITS = 32
 
 
 @dataclass(frozen=True)
@@ -16,16 +31,24 @@ class Topology:
     pipeline_stages: int
     parallel_mode: str
     full_batch: bool
-
-    @property
-    def is_writer(self) -> bool:
-        """The rank that writes the main run: one of the last pipeline stage, in the first replica
-        (rank 0 without pipeline parallelism), since the loss lives on the last stage."""
-        return self.rank == self.writer_rank
+    communicating: bool  # collectives are initialised (msrun + use_parallel)
 
     @property
     def writer_rank(self) -> int:
-        return self.world_size - self.world_size // max(self.pipeline_stages, 1) if self.pipeline_stages > 1 else 0
+        """The rank that writes the main run: the first rank of the last pipeline stage (rank 0
+        without pipeline parallelism), since the loss lives on the last stage."""
+        stages = max(self.pipeline_stages, 1)
+        return self.world_size - self.world_size // stages if stages > 1 else 0
+
+    @property
+    def is_writer(self) -> bool:
+        return self.rank == self.writer_rank
+
+    @property
+    def holds_data_metrics(self) -> bool:
+        """Ranks of the last pipeline stage compute the loss; the others output placeholders."""
+        stages = max(self.pipeline_stages, 1)
+        return self.rank >= self.world_size - self.world_size // stages
 
     @property
     def data_parallel_factor(self) -> int:
@@ -34,29 +57,219 @@ class Topology:
             return 1
         return max(self.world_size // max(self.pipeline_stages, 1), 1)
 
+    def describe(self) -> str:
+        return (
+            f"rank {self.rank} of {self.world_size}, {self.pipeline_stages} pipeline stage(s): "
+            f"rank {self.writer_rank} writes the main run (first rank of the last pipeline stage)"
+        )
+
 
 def _env_int(*names: str, default: int) -> int:
     for name in names:
-        value = os.environ.get(name)
-        if value is not None and value.strip().lstrip("-").isdigit():
+        value = os.environ.get(name, "").strip()
+        if value.isdigit():
             return int(value)
     return default
 
 
 def current_topology() -> Topology:
-    """Facts of this process, from MindSpore's communication and parallel context when set up,
-    else from the launcher's environment (msrun sets RANK_ID / RANK_SIZE)."""
+    """This process's place in the job. Without initialised communication every process is its
+    own single-rank job (it cannot agree with others on anything), whatever msrun's env says."""
     rank = _env_int("RANK_ID", "MS_NODE_ID", default=0)
-    world_size = _env_int("RANK_SIZE", "MS_WORKER_NUM", default=1)
-    pipeline_stages, parallel_mode, full_batch = 1, "stand_alone", False
+    world_size, pipeline_stages, parallel_mode, full_batch, communicating = 1, 1, "stand_alone", False, False
     try:
         from mindspore import communication, context
 
         if communication.GlobalComm.INITED:
             rank, world_size = communication.get_rank(), communication.get_group_size()
+            communicating = world_size > 1
         pipeline_stages = int(context.get_auto_parallel_context("pipeline_stages") or 1)
         parallel_mode = str(context.get_auto_parallel_context("parallel_mode"))
         full_batch = bool(context.get_auto_parallel_context("full_batch"))
-    except Exception:  # facts from the environment are good enough for naming
+    except Exception:  # no MindSpore context: a plain single process
         pass
-    return Topology(rank, world_size, pipeline_stages, parallel_mode, full_batch)
+    return Topology(rank, world_size, pipeline_stages, parallel_mode, full_batch, communicating)
+
+
+class Collectives:
+    """Small host-side collectives over the world group, counted (tests check the count)."""
+
+    def __init__(self) -> None:
+        from mindspore import ops
+
+        self._all_reduce = ops.AllReduce()
+        self._all_gather = ops.AllGather()
+        self.calls = 0
+
+    def all_reduce_sum(self, vector: np.ndarray) -> np.ndarray:
+        from mindspore import Tensor
+
+        self.calls += 1
+        return self._all_reduce(Tensor(vector)).asnumpy()
+
+    def all_gather(self, vector: np.ndarray) -> np.ndarray:
+        """Rows of every rank's ``vector``, in rank order."""
+        from mindspore import Tensor
+
+        self.calls += 1
+        return self._all_gather(Tensor(vector[None, :])).asnumpy()
+
+
+# ---------------------------------------------------------------------------------------------
+# Data metrics: mean over the ranks that hold them, per logged step
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DataReduction:
+    steps: list[tuple[int, dict[str, float]]]  # (step, {tag: mean over holders})
+    mismatch: bool  # ranks logged different data tags: nothing was averaged
+
+
+class DataAggregator:
+    """Packs an interval's data metrics into one fixed-size vector for one all-reduce.
+
+    Layout (float32): ``[holders, fingerprint bits x32, sums (K x T), counts (K x T)]`` with K the
+    steps of an interval (``aggregate_every``) and T = MAX_DATA_TAGS. A rank that does not hold data metrics
+    (an earlier pipeline stage) contributes zeros.
+    """
+
+    def __init__(self, steps_per_interval: int) -> None:
+        self.capacity_steps = max(steps_per_interval, 1)
+        self.pending: list[tuple[int, dict[str, float]]] = []
+        self.overflow_tags: set[str] = set()
+
+    @property
+    def size(self) -> int:
+        return 1 + _FINGERPRINT_BITS + 2 * self.capacity_steps * MAX_DATA_TAGS
+
+    def add(self, step: int, values: dict[str, float]) -> None:
+        if self.pending and self.pending[-1][0] == step:
+            self.pending[-1] = (step, {**self.pending[-1][1], **values})
+        else:
+            self.pending.append((step, values))
+
+    def _tags(self) -> list[str]:
+        tags = sorted({tag for _, values in self.pending for tag in values})
+        self.overflow_tags.update(tags[MAX_DATA_TAGS:])
+        return tags[:MAX_DATA_TAGS]
+
+    def pack(self, holds_data: bool) -> tuple[np.ndarray, list[str]]:
+        vector = np.zeros(self.size, dtype=np.float32)
+        tags = self._tags()
+        if not holds_data:
+            return vector, tags
+        vector[0] = 1.0
+        fingerprint = zlib.crc32("\n".join(tags).encode("utf-8"))
+        vector[1 : 1 + _FINGERPRINT_BITS] = [(fingerprint >> bit) & 1 for bit in range(_FINGERPRINT_BITS)]
+        block = self.capacity_steps * MAX_DATA_TAGS
+        sums = vector[1 + _FINGERPRINT_BITS : 1 + _FINGERPRINT_BITS + block].reshape(self.capacity_steps, -1)
+        counts = vector[1 + _FINGERPRINT_BITS + block :].reshape(self.capacity_steps, -1)
+        for row, (_, values) in enumerate(self.pending[: self.capacity_steps]):
+            for column, tag in enumerate(tags):
+                if tag in values:
+                    sums[row, column] = values[tag]
+                    counts[row, column] = 1.0
+        return vector, tags
+
+    def unpack(self, reduced: np.ndarray, tags: list[str]) -> DataReduction:
+        """Means per step from the summed vector; clears the interval."""
+        pending, self.pending = self.pending[: self.capacity_steps], []
+        holders = reduced[0]
+        bits = reduced[1 : 1 + _FINGERPRINT_BITS]
+        if holders < 1:
+            return DataReduction([], mismatch=False)
+        if np.any((bits != 0) & (bits != holders)):
+            return DataReduction(pending, mismatch=True)
+        block = self.capacity_steps * MAX_DATA_TAGS
+        sums = reduced[1 + _FINGERPRINT_BITS : 1 + _FINGERPRINT_BITS + block].reshape(self.capacity_steps, -1)
+        counts = reduced[1 + _FINGERPRINT_BITS + block :].reshape(self.capacity_steps, -1)
+        steps = []
+        for row, (step, _) in enumerate(pending):
+            means = {
+                tag: float(sums[row, column] / counts[row, column])
+                for column, tag in enumerate(tags)
+                if counts[row, column] > 0
+            }
+            steps.append((step, means))
+        return DataReduction(steps, mismatch=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# System metrics: cross-rank statistics and stragglers
+# ---------------------------------------------------------------------------------------------
+
+SUMMARY_TAGS = (
+    metrics.PERF_STEP_TIME_MS,
+    metrics.SYSTEM_HOST_RSS_GB,
+    metrics.SYSTEM_DEVICE_MEM_ALLOCATED_GB,
+    metrics.SYSTEM_DEVICE_MEM_PEAK_GB,
+)
+
+
+class SystemSummary:
+    """Interval means of a rank's system values, gathered from all ranks into cross-rank stats."""
+
+    def __init__(self) -> None:
+        self._sums = np.zeros(len(SUMMARY_TAGS), dtype=np.float64)
+        self._counts = np.zeros(len(SUMMARY_TAGS), dtype=np.float64)
+
+    def add(self, values: dict[str, float]) -> None:
+        for index, tag in enumerate(SUMMARY_TAGS):
+            value = values.get(tag)
+            if value is not None and math.isfinite(value):
+                self._sums[index] += value
+                self._counts[index] += 1
+
+    def pack(self) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            means = np.where(self._counts > 0, self._sums / np.maximum(self._counts, 1), np.nan).astype(np.float32)
+        self._sums[:] = 0
+        self._counts[:] = 0
+        return means
+
+    @staticmethod
+    def summarize(gathered: np.ndarray, topk: int) -> dict[str, float]:
+        """``ranks/<metric>_{min,max,mean,argmax}`` plus the ``topk`` slowest ranks by step time."""
+        values: dict[str, float] = {}
+        for index, tag in enumerate(SUMMARY_TAGS):
+            column = gathered[:, index]
+            known = ~np.isnan(column)
+            if not known.any():
+                continue
+            name = "ranks/" + tag.split("/", 1)[1]
+            values[f"{name}_min"] = float(np.nanmin(column))
+            values[f"{name}_max"] = float(np.nanmax(column))
+            values[f"{name}_mean"] = float(np.nanmean(column))
+            values[f"{name}_argmax"] = float(np.nanargmax(column))
+        step_times = gathered[:, 0]
+        if topk and not np.isnan(step_times).all():
+            order = np.argsort(np.where(np.isnan(step_times), -np.inf, step_times))[::-1][:topk]
+            for place, rank in enumerate(order, start=1):
+                values[f"ranks/slowest_{place}_rank"] = float(rank)
+                values[f"ranks/slowest_{place}_step_time_ms"] = float(step_times[rank])
+        return values
+
+
+def agree_on_ints(collectives: Collectives | None, topology: Topology, values: list[int]) -> list[int]:
+    """The writer rank's non-negative ``values`` on every rank (one all-gather; run folder naming).
+
+    Host collectives on CPU carry float32, exact only up to 2**24: each int travels as 16-bit halves.
+    """
+    if collectives is None or not topology.communicating:
+        return values
+    halves = [part for value in values for part in divmod(value, 1 << 16)] if topology.is_writer else []
+    mine = np.asarray(halves or [0] * (2 * len(values)), dtype=np.float32)
+    row = collectives.all_gather(mine)[topology.writer_rank]
+    return [int(high) * (1 << 16) + int(low) for high, low in zip(row[0::2], row[1::2], strict=True)]
+
+
+def loss_scale_for_pipeline(topology: Topology, network: Any) -> float:
+    """MFLossMonitor divides the loss by the number of micro-batches under pipeline parallelism
+    (the pipeline cell sums them); return that divisor so our loss equals the printed one."""
+    if topology.pipeline_stages <= 1:
+        return 1.0
+    from mindformers_tbplugin.model_facts import find_attribute
+
+    micro = find_attribute(network, "micro_size")
+    return float(micro) if isinstance(micro, int) and micro > 1 else 1.0

@@ -11,11 +11,19 @@ from pathlib import Path
 
 RUN_NAME_FIELDS = ("experiment", "timestamp", "rank")
 TIMESTAMP_FORMAT = "%Y%m%d-%H%M%S"
+LOG_DIR_ENV = "MFTB_LOG_DIR"
 
 
 def absolute_path(path: str) -> Path:
     """``path`` with ``~`` expanded, made absolute against the current directory *now*."""
     return Path(os.path.abspath(os.path.expanduser(path)))
+
+
+def log_root(log_dir: str) -> Path:
+    """Where runs go: ``log_dir`` made absolute now, unless the launcher set ``MFTB_LOG_DIR``
+    (``scripts/msrun_launch.sh`` does, so TensorBoard runs sit beside the per-rank logs)."""
+    override = os.environ.get(LOG_DIR_ENV, "").strip()
+    return absolute_path(override or log_dir)
 
 
 def is_non_ascii(path: Path) -> bool:
@@ -48,6 +56,12 @@ def create_run_dir(root: Path, name: str) -> Path:
         except FileExistsError:
             suffix += 1
             candidate = root / f"{name}-{suffix}"
+
+
+def collision_suffix(run_dir: Path, name: str) -> int:
+    """The ``-N`` that :func:`create_run_dir` appended to ``name`` (0 for none)."""
+    tail = run_dir.name[len(name) :]
+    return int(tail[1:]) if tail.startswith("-") and tail[1:].isdigit() else 0
 
 
 def unwritable_reason(root: Path) -> str | None:

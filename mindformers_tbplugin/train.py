@@ -124,14 +124,31 @@ def overrides_from_args(args: argparse.Namespace, extra: list[str]) -> dict[str,
 
 
 def apply_overrides(config: Any, overrides: dict[str, Any]) -> None:
+    """Set dotted keys; a numeric part indexes a list (``callbacks.1.log_dir``)."""
     for dotted, value in overrides.items():
         *parents, leaf = dotted.split(".")
         node = config
         for name in parents:
+            if isinstance(node, list):
+                node = _list_item(node, name, dotted)
+                continue
             if node.get(name) is None:
                 node[name] = type(config)()
             node = node[name]
-        node[leaf] = value
+        if isinstance(node, list):
+            node[_list_index(node, leaf, dotted)] = value
+        else:
+            node[leaf] = value
+
+
+def _list_index(items: list, name: str, dotted: str) -> int:
+    if not name.isdigit() or int(name) >= len(items):
+        raise UsageError(f"override {dotted!r}: {name!r} is not an index of a list of {len(items)} items")
+    return int(name)
+
+
+def _list_item(items: list, name: str, dotted: str) -> Any:
+    return items[_list_index(items, name, dotted)]
 
 
 def set_register_path(path: str) -> None:

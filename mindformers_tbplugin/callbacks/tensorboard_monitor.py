@@ -5,16 +5,24 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from mindspore.train import Callback
 
-from mindformers_tbplugin import bus, custom_metrics, metrics, rundir
+from mindformers_tbplugin import custom_metrics, metrics, rundir
 from mindformers_tbplugin.log import logger
 from mindformers_tbplugin.metrics import MetricKind, StepMetrics
 from mindformers_tbplugin.model_facts import ModelFacts, read_model_facts
-from mindformers_tbplugin.ranks import Topology, current_topology
+from mindformers_tbplugin.ranks import (
+    Collectives,
+    Topology,
+    agree_on_ints,
+    current_topology,
+    loss_scale_for_pipeline,
+)
+from mindformers_tbplugin.routing import MetricRouter, RouterOptions
 from mindformers_tbplugin.schema import ConfigError, Problem, Range, check_arguments
 from mindformers_tbplugin.system_stats import DeviceMemory, HostMemory
 from mindformers_tbplugin.writer import RunWriter, get_writer
@@ -90,7 +98,7 @@ class TensorBoardMonitor(Callback):
                 self.extra_metrics.append(custom_metrics.resolve_extra_metric(reference))
             except ValueError as exc:
                 problems.append(Problem(f"extra_metrics[{index}]", str(exc)))
-        self.log_root = rundir.absolute_path(log_dir) if isinstance(log_dir, str) else None
+        self.log_root = rundir.log_root(log_dir) if isinstance(log_dir, str) else None
         if self.log_root is not None and not problems:
             reason = rundir.unwritable_reason(self.log_root)
             if reason:
@@ -113,12 +121,20 @@ class TensorBoardMonitor(Callback):
         self.vs_samples = vs_samples
         self.vs_tokens = vs_tokens
         self.max_queue = max_queue
+        self.aggregate_every = aggregate_every
+        self.rank_policy = rank_policy
+        self.per_rank_system = per_rank_system
+        self.per_rank_limit = per_rank_limit
+        self.topk_ranks = topk_ranks
         self._host_memory = HostMemory() if log_memory else None
         self._device_memory = DeviceMemory() if log_memory else None
 
         self.run_dir: Path | None = None
-        self._writer: RunWriter | None = None
+        self.rank_run_dir: Path | None = None
+        self._writer: RunWriter | None = None  # the main run (writing rank only)
+        self._router: MetricRouter | None = None
         self._topology: Topology | None = None
+        self._loss_divisor = 1.0
         self._facts = ModelFacts()
         self._step_offset = 0
         self._step = 0
@@ -162,15 +178,15 @@ class TensorBoardMonitor(Callback):
             self._last_log_time = time.perf_counter()
 
     def on_train_step_end(self, run_context: Any) -> None:
-        if self._writer is not None:
+        if self._router is not None:
             self._guard("step", self._step_end, run_context)
 
     def on_train_end(self, run_context: Any) -> None:
-        self._finish()
+        self._finish(clean=True)
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, exc_type: Any, *exc_info: Any) -> None:
         # MindSpore enters callbacks as context managers: this runs when training raises, too.
-        self._finish()
+        self._finish(clean=exc_type is None)
 
     # -- internals --------------------------------------------------------------------------------
     def _begin(self, run_context: Any) -> None:
@@ -180,26 +196,53 @@ class TensorBoardMonitor(Callback):
         self._step_offset = self._facts.initial_global_step - int(cb_params.get("cur_step_num") or 0)
         self._step = self._last_logged_step = self._facts.initial_global_step
         self._static_lr = metrics.static_learning_rate(self._facts.optimizer)
-        if not self._topology.is_writer:
-            logger.info(
-                "TensorBoardMonitor: rank %d does not write; rank %d writes the run.",
-                self._topology.rank,
-                self._topology.writer_rank,
-            )
-            return
-        name = rundir.run_name(self.run_name_pattern, self.experiment, self._topology.rank)
-        self.run_dir = rundir.create_run_dir(self.log_root, name)
-        self._writer = get_writer(self.run_dir, flush_secs=self.flush_secs, max_queue=self.max_queue)
-        # A START event opens every run so that TensorBoard honours a later resume's purge.
-        self._writer.add_session_start(self._step + 1)
-        custom_metrics.attach(self)
-        logger.info(
-            "TensorBoardMonitor: writing %s (rank %d of %d). View with: tensorboard --logdir %s",
-            self.run_dir,
-            self._topology.rank,
-            self._topology.world_size,
-            self.log_root,
+        self._loss_divisor = loss_scale_for_pipeline(self._topology, cb_params.get("train_network"))
+        topology = self._topology
+        collectives = Collectives() if topology.communicating else None
+        self.run_dir = self._open_run_dir(topology, collectives)
+        if topology.is_writer:
+            self._writer = self._open_writer(self.run_dir)
+        per_rank = self.per_rank_system is True or (
+            self.per_rank_system == "auto" and topology.world_size <= self.per_rank_limit
         )
+        rank_writer = None
+        if topology.world_size > 1 and (per_rank or self.rank_policy == "all"):
+            self.rank_run_dir = self.run_dir / f"rank_{topology.rank}"
+            rank_writer = self._open_writer(self.rank_run_dir)
+        options = RouterOptions(
+            aggregate_every=self.aggregate_every,
+            rank_policy=self.rank_policy,
+            topk_ranks=0 if per_rank else self.topk_ranks,
+            vs_samples=self.vs_samples,
+            vs_tokens=self.vs_tokens,
+            samples_per_step=self._facts.samples_per_step,
+            tokens_per_sample=self._facts.tokens_per_sample,
+        )
+        self._router = MetricRouter(topology, options, self._writer, rank_writer, collectives)
+        custom_metrics.attach(self)
+        logger.info("TensorBoardMonitor: %s", topology.describe())
+        if self._writer is not None:
+            logger.info(
+                "TensorBoardMonitor: writing %s. View with: tensorboard --logdir %s", self.run_dir, self.log_root
+            )
+
+    def _open_run_dir(self, topology: Topology, collectives: Collectives | None) -> Path:
+        """The writing rank names and creates the run folder; the other ranks learn its name (one
+        collective) so that their ``rank_<id>`` runs land inside it."""
+        stamp, suffix = int(time.time()), 0
+        if topology.is_writer:
+            name = rundir.run_name(self.run_name_pattern, self.experiment, topology.rank, _local_time(stamp))
+            run_dir = rundir.create_run_dir(self.log_root, name)
+            suffix = rundir.collision_suffix(run_dir, name)
+        stamp, suffix = agree_on_ints(collectives, topology, [stamp, suffix])
+        name = rundir.run_name(self.run_name_pattern, self.experiment, topology.writer_rank, _local_time(stamp))
+        return self.log_root / (f"{name}-{suffix}" if suffix else name)
+
+    def _open_writer(self, run_dir: Path) -> RunWriter:
+        writer = get_writer(run_dir, flush_secs=self.flush_secs, max_queue=self.max_queue)
+        # A START event opens every run so that TensorBoard honours a later resume's purge.
+        writer.add_session_start(self._step + 1)
+        return writer
 
     def _step_end(self, run_context: Any) -> None:
         cb_params = run_context.original_args()
@@ -209,6 +252,8 @@ class TensorBoardMonitor(Callback):
             return
         now = time.perf_counter()
         step_metrics = metrics.train_metrics(step, metrics.read_net_outputs(cb_params.net_outputs))
+        if self._loss_divisor != 1.0 and metrics.TRAIN_LOSS in step_metrics.data:
+            step_metrics.data[metrics.TRAIN_LOSS] /= self._loss_divisor
         if metrics.TRAIN_LR not in step_metrics.model and self._static_lr is not None:
             step_metrics.model[metrics.TRAIN_LR] = self._static_lr
         if self._last_log_time is not None:
@@ -223,21 +268,9 @@ class TensorBoardMonitor(Callback):
             step_metrics.model[metrics.TRAIN_PARAM_NORM] = self._param_norm()
         for extra in self.extra_metrics:
             self._add_extra(extra, cb_params, step_metrics)
-        self._emit(step_metrics)
+        self._router.log_step(step_metrics)
         self._last_logged_step = step
         self._last_log_time = time.perf_counter()
-
-    def _emit(self, step_metrics: StepMetrics) -> None:
-        values = step_metrics.merged()
-        self._writer.add_scalars(step_metrics.step, values)
-        bus.publish(step_metrics.step, values)
-        step = step_metrics.step
-        if self.vs_samples and self._facts.samples_per_step:
-            x = int(step * self._facts.samples_per_step)
-            self._writer.add_scalars(x, metrics.x_axis_variants(values, metrics.VS_SAMPLES_SUFFIX))
-        if self.vs_tokens and self._facts.samples_per_step and self._facts.tokens_per_sample:
-            x = int(step * self._facts.samples_per_step * self._facts.tokens_per_sample)
-            self._writer.add_scalars(x, metrics.x_axis_variants(values, metrics.VS_TOKENS_SUFFIX))
 
     def _param_norm(self) -> float:
         return metrics.global_norm(p.asnumpy() for p in self._facts.trainable_params)
@@ -251,25 +284,29 @@ class TensorBoardMonitor(Callback):
 
     def log_custom(self, values: dict[str, float], step: int | None, kind: MetricKind) -> None:
         """Entry point of :func:`mindformers_tbplugin.log_scalars` while this monitor runs."""
-        if self._writer is None:
+        if self._router is None:
             return
         try:
             clean = {str(tag): float(value) for tag, value in values.items()}
         except (TypeError, ValueError) as exc:
             self._warn_once("log_scalars", f"log_scalars got a value that is not a number ({exc}); dropped")
             return
-        self._writer.add_scalars(self._step if step is None else int(step), clean)
+        self._router.log_values(self._step if step is None else int(step), clean, kind)
 
     def log_custom_text(self, tag: str, text: str, step: int | None) -> None:
         """Entry point of :func:`mindformers_tbplugin.log_text` while this monitor runs."""
         if self._writer is not None:
             self._writer.add_text(self._step if step is None else int(step), str(tag), str(text))
 
-    def _finish(self) -> None:
+    def _finish(self, clean: bool) -> None:
         custom_metrics.detach(self)
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            writer.close()
+        router, self._router = self._router, None
+        if router is not None:
+            self._guard("end", router.finish, clean)
+        for writer in (self._writer, router.rank_run if router else None):
+            if writer is not None:
+                writer.close()
+        self._writer = None
         if self._host_memory is not None:
             self._host_memory.close()
 
@@ -285,3 +322,7 @@ class TensorBoardMonitor(Callback):
             self._warned.add(key)
             logger.warning(message)
             warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def _local_time(stamp: int) -> datetime:
+    return datetime.fromtimestamp(stamp)

@@ -1,0 +1,144 @@
+"""Who writes what: each logged step's metrics go to the main run, this rank's run, or through
+cross-rank aggregation first, according to their kind.
+
+* data metrics (loss): on a multi-rank job, buffered and averaged over the ranks that hold them
+  every ``aggregate_every`` steps (one all-reduce), then written to the main run at their own steps;
+  with ``aggregate_every: 0`` the writing rank's own values go to the main run under ``local/``.
+* model metrics (lr, grad norm): written to the main run by the writing rank, no communication.
+* system metrics (step time, memory): the writing rank's own in the main run, every rank's own in
+  ``<run>/rank_<id>/`` when per-rank runs are on, and cross-rank min/max/mean/argmax (plus the
+  slowest ranks when per-rank runs are off) from one all-gather per interval.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mindformers_tbplugin import bus, metrics
+from mindformers_tbplugin.log import logger
+from mindformers_tbplugin.metrics import MetricKind, StepMetrics
+from mindformers_tbplugin.ranks import Collectives, DataAggregator, SystemSummary, Topology
+from mindformers_tbplugin.writer import RunWriter
+
+LOCAL_PREFIX = "local/"
+
+
+@dataclass(frozen=True)
+class RouterOptions:
+    aggregate_every: int
+    rank_policy: str  # "writer" | "all"
+    topk_ranks: int  # slowest ranks listed in the main run (0 when per-rank runs show them all)
+    vs_samples: bool
+    vs_tokens: bool
+    samples_per_step: float | None
+    tokens_per_sample: int | None
+
+
+class MetricRouter:
+    def __init__(
+        self,
+        topology: Topology,
+        options: RouterOptions,
+        main: RunWriter | None,
+        rank_run: RunWriter | None,
+        collectives: Collectives | None,
+    ) -> None:
+        self.topology = topology
+        self.options = options
+        self.main = main
+        self.rank_run = rank_run
+        self.collectives = collectives if topology.communicating and options.aggregate_every else None
+        self._data = DataAggregator(options.aggregate_every) if self.collectives else None
+        self._system = SystemSummary() if self.collectives else None
+        self._last_aggregated_step: int | None = None
+        self._mismatch_warned = False
+
+    @property
+    def aggregating(self) -> bool:
+        return self.collectives is not None
+
+    # -- per step ---------------------------------------------------------------------------------
+    def log_step(self, step_metrics: StepMetrics) -> None:
+        step = step_metrics.step
+        if self._last_aggregated_step is None:
+            self._last_aggregated_step = step - 1
+        self._route(step, step_metrics.data, MetricKind.DATA)
+        self._route(step, step_metrics.model, MetricKind.MODEL)
+        self._route(step, step_metrics.system, MetricKind.SYSTEM)
+        if self._system is not None:
+            self._system.add(step_metrics.system)
+        every = self.options.aggregate_every
+        if self.aggregating and step // every > self._last_aggregated_step // every:
+            self.aggregate(step)
+
+    def log_values(self, step: int, values: dict[str, float], kind: MetricKind) -> None:
+        """Custom values (log_scalars) at ``step``, treated like built-in metrics of ``kind``."""
+        self._route(step, values, kind)
+
+    def _route(self, step: int, values: dict[str, float], kind: MetricKind) -> None:
+        if not values:
+            return
+        if self.rank_run is not None and (kind is MetricKind.SYSTEM or self.options.rank_policy == "all"):
+            self.rank_run.add_scalars(step, values)
+        if kind is MetricKind.DATA and self._data is not None:
+            self._data.add(step, values)
+            return
+        if self.main is None:
+            return
+        if kind is MetricKind.DATA and self.topology.world_size > 1:
+            values = {LOCAL_PREFIX + tag: value for tag, value in values.items()}
+        self._write_main(step, values)
+
+    def _write_main(self, step: int, values: dict[str, float]) -> None:
+        self.main.add_scalars(step, values)
+        bus.publish(step, values)
+        samples, tokens = self.options.samples_per_step, self.options.tokens_per_sample
+        if self.options.vs_samples and samples:
+            variants = metrics.x_axis_variants(values, metrics.VS_SAMPLES_SUFFIX)
+            if variants:
+                self.main.add_scalars(int(step * samples), variants)
+        if self.options.vs_tokens and samples and tokens:
+            variants = metrics.x_axis_variants(values, metrics.VS_TOKENS_SUFFIX)
+            if variants:
+                self.main.add_scalars(int(step * samples * tokens), variants)
+
+    # -- aggregation --------------------------------------------------------------------------------
+    def aggregate(self, step: int) -> None:
+        """The interval's two collectives; every rank must call this at the same steps."""
+        self._last_aggregated_step = step
+        vector, tags = self._data.pack(self.topology.holds_data_metrics)
+        reduction = self._data.unpack(self.collectives.all_reduce_sum(vector), tags)
+        gathered = self.collectives.all_gather(self._system.pack())
+        if self.main is None:
+            return
+        if reduction.mismatch:
+            self._warn_mismatch()
+        for data_step, values in reduction.steps:
+            if reduction.mismatch:  # these are this rank's own values
+                values = {LOCAL_PREFIX + tag: value for tag, value in values.items()}
+            self._write_main(data_step, values)
+        summary = SystemSummary.summarize(gathered, self.options.topk_ranks)
+        if summary:
+            self._write_main(step, summary)
+
+    def _warn_mismatch(self) -> None:
+        if not self._mismatch_warned:
+            self._mismatch_warned = True
+            logger.warning(
+                "ranks logged different data metrics in one interval, so they cannot be averaged; "
+                "writing rank %d's own values under %s tags instead",
+                self.topology.rank,
+                LOCAL_PREFIX,
+            )
+
+    def finish(self, clean: bool) -> None:
+        """End of training. After a clean end every rank aggregates what is left; after a failure
+        no collective is attempted (other ranks may be gone) and this rank's values are written."""
+        if self._data is None or not self._data.pending:
+            return
+        if clean:
+            self.aggregate(self._data.pending[-1][0])
+        elif self.main is not None:
+            for step, values in self._data.pending:
+                self.main.add_scalars(step, {LOCAL_PREFIX + tag: v for tag, v in values.items()})
+            self._data.pending = []
