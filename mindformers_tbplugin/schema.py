@@ -4,6 +4,17 @@ A callback declares its parameters once, in its ``__init__`` signature: the type
 ``Annotated`` with a :class:`Range` or :class:`Choices`), the default, and a line in the class
 docstring's ``Args:`` section. Everything else (validation at construction, docs) is derived here, so
 a new parameter needs no second edit.
+
+Rules a signature cannot express (several parameters together, or the inside of a structured value
+such as a ``list[dict]`` of rules) go in an optional classmethod hook on the callback::
+
+    @classmethod
+    def check_cross_fields(cls, arguments: Mapping[str, Any]) -> list[Problem]: ...
+
+It runs only once every argument has the right type, receives every parameter (defaults filled in),
+and returns one :class:`Problem` per rule broken. A problem's ``key`` may be a path inside a
+parameter (``rules[2].threshold``) so that ``mftb validate`` points at the exact YAML line.
+:func:`check_entry` runs both stages; constructors and the config checker call it.
 """
 
 from __future__ import annotations
@@ -208,3 +219,16 @@ def check_arguments(cls: type, arguments: dict[str, Any]) -> list[Problem]:
             if reason:
                 problems.append(Problem(param.name, reason))
     return problems
+
+
+CROSS_FIELD_HOOK = "check_cross_fields"
+
+
+def check_entry(cls: type, arguments: dict[str, Any]) -> list[Problem]:
+    """Every problem with ``arguments``: types, ranges and choices, then the class's cross-field hook."""
+    problems = check_arguments(cls, arguments)
+    hook = getattr(cls, CROSS_FIELD_HOOK, None)
+    if problems or hook is None:
+        return problems
+    complete = {p.name: p.default for p in params_of(cls) if not p.required} | dict(arguments)
+    return list(hook(complete))

@@ -21,6 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     from mindformers_tbplugin import train
+    from mindformers_tbplugin.config_check import check_before_training
 
+    check_before_training(args.config)  # every callback problem at once, before MindFormers builds anything
     train.run(args, extra)
     return 0

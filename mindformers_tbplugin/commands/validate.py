@@ -1,0 +1,38 @@
+"""``mftb validate``: check the callbacks of MindFormers YAML configs before any rank starts."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+
+NAME = "validate"
+HELP = "check the callbacks: block of MindFormers YAML configs (exit 0 valid, 1 problems, 2 unreadable)"
+DESCRIPTION = (
+    "Check the callbacks: and eval_callbacks: lists of each CONFIG: our entries against their schema (unknown "
+    "keys, types, ranges, choices, cross-field rules, two monitors writing one run folder), other entries "
+    "against MindFormers' callback registry. Every problem is listed with its YAML path and line; warnings flag "
+    "legal but likely wrong settings. Exit status: 0 all valid, 1 problems found, 2 a file could not be read "
+    "or parsed (missing, empty, not text, YAML syntax error, callbacks not a list, an entry without type)."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("configs", nargs="+", metavar="CONFIG.yaml", help="MindFormers YAML config(s) to check")
+
+
+def run(args: argparse.Namespace, extra: list[str]) -> int:
+    from mindformers_tbplugin.callback_types import our_callbacks
+    from mindformers_tbplugin.config_check import check_file, quiet_output
+
+    worst = 0
+    # Importing mindformers (if anything needs it) writes a log folder: keep it out of the working directory.
+    with tempfile.TemporaryDirectory(prefix="mftb-validate-") as scratch:
+        os.environ.setdefault("LOCAL_DEFAULT_PATH", scratch)
+        with quiet_output():
+            ours = our_callbacks()
+        for config in args.configs:
+            report = check_file(config, ours)
+            print(report.render(), flush=True)
+            worst = max(worst, report.exit_code)
+    return worst

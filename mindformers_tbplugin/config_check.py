@@ -1,0 +1,408 @@
+"""Check the ``callbacks:`` and ``eval_callbacks:`` lists of a MindFormers YAML file, with line numbers.
+
+Our entries are checked against the schema derived from the callback classes (unknown keys with a
+suggestion, types, ranges, choices, the classes' cross-field hooks) plus rules that need the whole
+file (two monitors writing one run folder). Other entries must name a class in MindFormers' callback
+registry; mindformers is imported only when such an entry exists. Every problem is collected, each
+naming its YAML path and line. Warnings flag settings that are legal but likely wrong.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import inspect
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mindformers_tbplugin import rundir
+from mindformers_tbplugin.schema import check_entry, params_of
+
+CALLBACK_LISTS = ("callbacks", "eval_callbacks")
+# Keys MindFormers itself reads from any entry: the registry name and its module-loading route.
+COMMON_KEYS = ("type", "auto_register")
+# Above this many parameters, per-step histograms cost a noticeable share of a step.
+LARGE_MODEL_PARAMETERS = 1e9
+_PATH_PART = re.compile(r"([A-Za-z_]\w*)|\[(\d+)\]")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem or warning: the YAML path (``callbacks[2].log_every``), its line, and what is wrong."""
+
+    path: str
+    line: int | None
+    message: str
+
+    def render(self) -> str:
+        where = self.path
+        if self.line:
+            where = f"{where} (line {self.line})" if where else f"line {self.line}"
+        return f"{where}: {self.message}" if where else self.message
+
+
+@dataclass
+class Report:
+    """The outcome for one file. ``unusable``: it could not be read, parsed or walked (exit status 2)."""
+
+    source: Path
+    errors: list[Finding] = field(default_factory=list)
+    warnings: list[Finding] = field(default_factory=list)
+    unusable: bool = False
+    entries_checked: int = 0
+
+    @property
+    def exit_code(self) -> int:
+        return 2 if self.unusable else 1 if self.errors else 0
+
+    def render(self) -> str:
+        if self.unusable:
+            head = f"{self.source}: cannot be checked"
+        elif self.errors:
+            head = f"{self.source}: {_count(len(self.errors), 'problem')}"
+        else:
+            checked = _count(self.entries_checked, "callback entry", "callback entries")
+            head = f"{self.source}: OK ({checked} checked)"
+        lines = [head]
+        lines += [f"  error: {f.render()}" for f in self.errors]
+        lines += [f"  warning: {f.render()}" for f in self.warnings]
+        return "\n".join(lines)
+
+
+class UnreadableConfig(Exception):
+    """The file is missing, not text, empty or not YAML. The message says which and where."""
+
+
+def _count(n: int, singular: str, plural: str | None = None) -> str:
+    return f"{n} {singular if n == 1 else plural or singular + 's'}"
+
+
+# -- reading ----------------------------------------------------------------------------------------
+def load_yaml(path: Path) -> tuple[Any, yaml.Node]:
+    """The document and its node tree (for line numbers). Raises UnreadableConfig."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise UnreadableConfig(f"file not found: {path}") from None
+    except IsADirectoryError:
+        raise UnreadableConfig(f"{path} is a folder, not a YAML file") from None
+    except OSError as exc:
+        raise UnreadableConfig(f"cannot read {path}: {exc.strerror or exc}") from None
+    if b"\x00" in raw:
+        raise UnreadableConfig(f"{path} is a binary file (it contains NUL bytes), not YAML text")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UnreadableConfig(
+            f"{path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+        ) from None
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        document = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as exc:
+        raise UnreadableConfig(f"YAML syntax error {_yaml_error_text(exc)}") from None
+    except yaml.YAMLError as exc:
+        raise UnreadableConfig(f"YAML error: {exc}") from None
+    finally:
+        loader.dispose()
+    if node is None or document is None:
+        raise UnreadableConfig(f"{path} is empty: expected a MindFormers config (a YAML mapping)")
+    return document, node
+
+
+def _yaml_error_text(exc: yaml.MarkedYAMLError) -> str:
+    mark = exc.problem_mark or exc.context_mark
+    where = f"(line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+    text = f"{where}: {exc.problem or exc.context}"
+    if exc.context and exc.problem and exc.context_mark:
+        text += f" ({exc.context} at line {exc.context_mark.line + 1})"
+    return text
+
+
+def _parts(path: str) -> list[str | int]:
+    return [name if name else int(index) for name, index in _PATH_PART.findall(path)]
+
+
+def line_of(root: yaml.Node, path: str) -> int | None:
+    """1-based line of the deepest node on ``path`` (``callbacks[2].rules[0].metric``) that exists."""
+    node, line = root, None
+    for part in _parts(path):
+        child = key = None
+        if isinstance(part, int) and isinstance(node, yaml.SequenceNode) and part < len(node.value):
+            child = node.value[part]
+        elif isinstance(part, str) and isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                if key_node.value == part:
+                    key, child = key_node, value_node  # the last one wins, as in the loaded document
+        if child is None:
+            break
+        line = (key or child).start_mark.line + 1
+        node = child
+    return line
+
+
+# -- MindFormers' registry (imported only for entries that are not ours) ----------------------------
+@contextlib.contextmanager
+def quiet_output() -> Iterator[None]:
+    """Silence what importing mindspore or mindformers prints (deprecation and optional-model warnings)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with tempfile.TemporaryFile() as sink:
+        try:
+            os.dup2(sink.fileno(), 1)
+            os.dup2(sink.fileno(), 2)
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+
+
+def registered_callbacks() -> dict[str, type]:
+    """MindFormers' callback registry (ours included once mindformers has loaded)."""
+    with quiet_output():
+        from mindformers.tools.register import MindFormerModuleType, MindFormerRegister
+
+        import mindformers_tbplugin.registration  # noqa: F401  (ours too, whatever the environment)
+    return dict(MindFormerRegister.registry.get(MindFormerModuleType.CALLBACK, {}))
+
+
+# -- checking ---------------------------------------------------------------------------------------
+def suggest(name: str, candidates: Any) -> str | None:
+    """The closest candidate to ``name`` (case-insensitive), or None."""
+    by_lower = {str(c).lower(): str(c) for c in candidates}
+    close = difflib.get_close_matches(str(name).lower(), list(by_lower), n=1, cutoff=0.6)
+    return by_lower[close[0]] if close else None
+
+
+def _unknown_key_message(key: Any, owner: str, allowed: list[str]) -> str:
+    guess = suggest(key, allowed)
+    hint = f"did you mean '{guess}'? " if guess else ""
+    return f"unknown key '{key}' for {owner}; {hint}allowed: {', '.join(allowed)}"
+
+
+class _Checker:
+    """Walks one document, collecting findings into a Report."""
+
+    def __init__(self, report: Report, document: dict, root: yaml.Node, ours: dict[str, type]) -> None:
+        self.report, self.document, self.root, self.ours = report, document, root, ours
+        self.run_folders: dict[tuple[Path, str], str] = {}
+
+    def error(self, path: str, message: str, unusable: bool = False) -> None:
+        self.report.errors.append(Finding(path, line_of(self.root, path), message))
+        self.report.unusable = self.report.unusable or unusable
+
+    def warn(self, path: str, message: str) -> None:
+        self.report.warnings.append(Finding(path, line_of(self.root, path), message))
+
+    def run(self) -> None:
+        foreign = []
+        for list_name in CALLBACK_LISTS:
+            entries = self.document.get(list_name)
+            if entries is None:
+                continue
+            if not isinstance(entries, list):
+                self.error(
+                    list_name,
+                    f"expected a list of callback entries ('- type: ...'), got {_kind(entries)}",
+                    unusable=True,
+                )
+                continue
+            for index, entry in enumerate(entries):
+                where = f"{list_name}[{index}]"
+                if not isinstance(entry, dict):
+                    self.error(where, f"expected a mapping with a 'type' key, got {_kind(entry)}", unusable=True)
+                elif "type" not in entry:
+                    self.error(where, "entry has no 'type' key (the callback class name)", unusable=True)
+                elif not isinstance(entry["type"], str) or not entry["type"]:
+                    self.error(f"{where}.type", f"expected a class name, got {entry['type']!r}", unusable=True)
+                elif entry["type"] in self.ours:
+                    self.report.entries_checked += 1
+                    self.check_ours(where, self.ours[entry["type"]], entry)
+                else:
+                    self.report.entries_checked += 1
+                    foreign.append((where, entry))
+        if foreign:
+            self.check_foreign(foreign)
+
+    def check_ours(self, where: str, cls: type, entry: dict) -> None:
+        params = {p.name: p for p in params_of(cls)}
+        arguments = {}
+        for key, value in entry.items():
+            if key in COMMON_KEYS:
+                continue
+            if key in params:
+                arguments[key] = value
+            else:
+                self.error(f"{where}.{key}", _unknown_key_message(key, cls.__name__, [*params, *COMMON_KEYS]))
+        for param in params.values():
+            if param.required and param.name not in arguments:
+                self.error(where, f"missing required key '{param.name}' ({param.type_name()}) for {cls.__name__}")
+        problems = check_entry(cls, arguments)
+        for problem in problems:
+            self.error(f"{where}.{problem.key}" if problem.key else where, problem.message)
+        if not problems:
+            self.warn_likely_mistakes(where, cls, {p.name: p.default for p in params.values()} | arguments)
+
+    def warn_likely_mistakes(self, where: str, cls: type, arguments: dict) -> None:
+        log_dir = arguments.get("log_dir")
+        if isinstance(log_dir, str):
+            self.check_log_dir(f"{where}.log_dir", log_dir)
+            if "experiment" in arguments and "run_name_pattern" in arguments:
+                self.check_run_folder(where, cls, arguments)
+        if arguments.get("aggregate_every") == 1:
+            self.warn(
+                f"{where}.aggregate_every",
+                "1 runs a cross-rank collective after every step; 10 or more keeps the cost negligible",
+            )
+        every = arguments.get("every_steps")
+        parameters = model_parameter_count(self.document)
+        if "histogram" in cls.__name__.lower() and every == 1 and parameters >= LARGE_MODEL_PARAMETERS:
+            self.warn(
+                f"{where}.every_steps",
+                f"histograms of every parameter after every step on a model of ~{parameters / 1e9:.1f}B "
+                "parameters slow training noticeably; every 100 steps or more is usual",
+            )
+
+    def check_log_dir(self, path: str, log_dir: str) -> None:
+        resolved = rundir.absolute_path(log_dir)
+        if not os.path.isabs(os.path.expanduser(log_dir)):
+            self.warn(
+                path,
+                f"relative path '{log_dir}' resolves against the working directory of each training process "
+                f"(from here: {resolved}); an absolute path is safer under msrun and job schedulers",
+            )
+        if rundir.is_non_ascii(resolved):
+            self.warn(path, f"'{log_dir}' contains non-ASCII characters; some TensorBoard versions mishandle them")
+        existing = next(p for p in (resolved, *resolved.parents) if p.exists())
+        if not existing.is_dir():
+            self.warn(path, f"{existing} exists and is not a folder, so {resolved} cannot be created on this machine")
+        elif not os.access(existing, os.W_OK | os.X_OK):
+            self.warn(path, f"{existing} is not writable here, so {resolved} cannot be created on this machine")
+        elif existing not in (resolved, resolved.parent):
+            self.warn(path, f"parent folder {resolved.parent} does not exist on this machine (it will be created)")
+
+    def check_run_folder(self, where: str, cls: type, arguments: dict) -> None:
+        if rundir.unknown_run_name_fields(arguments["run_name_pattern"]):
+            return
+        name = arguments["run_name_pattern"].format(
+            experiment=arguments["experiment"], timestamp="{timestamp}", rank="{rank}"
+        )
+        folder = (rundir.absolute_path(arguments["log_dir"]), name)
+        first = self.run_folders.setdefault(folder, where)
+        if first != where:
+            self.error(
+                where,
+                f"{cls.__name__} writes the same run folder as {first} ({folder[0] / name}); "
+                "give one of them a different log_dir or experiment",
+            )
+
+    def check_foreign(self, foreign: list[tuple[str, dict]]) -> None:
+        try:
+            registry = registered_callbacks()
+        except Exception as exc:  # mindformers missing or broken: the rest of the report still stands
+            for where, entry in foreign:
+                self.warn(f"{where}.type", f"cannot check '{entry['type']}': importing mindformers failed ({exc!r})")
+            return
+        for where, entry in foreign:
+            name = entry["type"]
+            if name in registry:
+                self.check_foreign_keys(where, registry[name], entry)
+            elif "auto_register" not in entry:  # with auto_register MindFormers imports the class itself
+                guess = suggest(name, [*registry, *self.ours])
+                hint = f"did you mean '{guess}'?" if guess else f"registered: {', '.join(sorted(registry))}"
+                self.error(f"{where}.type", f"unknown callback type '{name}'; {hint}")
+
+    def check_foreign_keys(self, where: str, cls: type, entry: dict) -> None:
+        try:
+            parameters = inspect.signature(cls).parameters
+        except (TypeError, ValueError):
+            return
+        if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+            return  # takes any keyword: nothing to check
+        allowed = [name for name, p in parameters.items() if p.kind is not p.VAR_POSITIONAL]
+        for key in entry:
+            if key not in COMMON_KEYS and key not in allowed:
+                self.error(f"{where}.{key}", _unknown_key_message(key, cls.__name__, [*allowed, *COMMON_KEYS]))
+
+
+def _kind(value: Any) -> str:
+    """``a mapping``, ``a string ('x')``: how a wrong value is named in messages."""
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "nothing (null)"
+    names = {str: "a string", bool: "a boolean", int: "an integer", float: "a number"}
+    return f"{names.get(type(value), 'a ' + type(value).__name__)} ({value!r})"
+
+
+def model_parameter_count(document: dict) -> float:
+    """Rough decoder parameter count from ``model.model_config`` (0 when the sizes are not given)."""
+    model = document.get("model")
+    config = model.get("model_config") if isinstance(model, dict) else None
+    if not isinstance(config, dict):
+        return 0.0
+    hidden, layers, vocab = (config.get(k) for k in ("hidden_size", "num_layers", "vocab_size"))
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (hidden, layers, vocab)):
+        return 0.0
+    return 12.0 * layers * hidden * hidden + 2.0 * vocab * hidden
+
+
+def check_file(path: str | Path, ours: dict[str, type] | None = None) -> Report:
+    """Check one config file. ``ours`` defaults to every callback this package exports."""
+    path = Path(path)
+    report = Report(path)
+    try:
+        document, root = load_yaml(path)
+    except UnreadableConfig as exc:
+        report.errors.append(Finding("", None, str(exc)))
+        report.unusable = True
+        return report
+    if not isinstance(document, dict):
+        report.errors.append(Finding("", 1, f"expected a YAML mapping at the top level, got {_kind(document)}"))
+        report.unusable = True
+        return report
+    if ours is None:
+        from mindformers_tbplugin.callback_types import our_callbacks
+
+        ours = our_callbacks()
+    _Checker(report, document, root, ours).run()
+    return report
+
+
+def check_before_training(path: str | Path) -> None:
+    """The ``mftb validate`` check, run by ``mftb train`` before anything is built.
+
+    Prints warnings to stderr; raises UsageError for an unusable file and ConfigError listing every
+    problem, both reported by ``mftb`` without a traceback (exit status 2). A missing file is left to
+    the caller's own message.
+    """
+    from mindformers_tbplugin.errors import UsageError
+    from mindformers_tbplugin.schema import ConfigError
+
+    path = Path(path).expanduser().resolve()
+    if not path.is_file():
+        return
+    report = check_file(path)
+    for finding in report.warnings:
+        print(f"mftb: warning: {path}: {finding.render()}", file=sys.stderr)
+    lines = "\n".join(f"  - {finding.render()}" for finding in report.errors)
+    if report.unusable:
+        raise UsageError(f"{path} cannot be used:\n{lines}")
+    if report.errors:
+        raise ConfigError(f"{path}: {_count(len(report.errors), 'problem')} in the callbacks, nothing built:\n{lines}")
