@@ -78,7 +78,7 @@ def check_event_files(logdir: Path, given: str, runs: list[RunScan]) -> Verdict:
     summaries = _summary_files(logdir) if logdir.is_dir() else []
     if summaries:
         details.append(
-            f"{len(summaries)} MindSpore .summary files (SummaryRecord/SummaryCollector) are here, e.g. "
+            f"{len(summaries)} MindSpore SummaryRecord files (SummaryRecord/SummaryCollector) are here, e.g. "
             f"{summaries[0]}: TensorBoard cannot read them; add TensorBoardMonitor to the YAML callbacks instead"
         )
     found = find_runs_elsewhere(logdir, given)
@@ -136,8 +136,11 @@ def _age(mtime: float) -> str:
 # -- complete files ----------------------------------------------------------------------------
 
 
-def processes_holding(paths: set[Path]) -> dict[Path, str]:
-    """Which local process (``pid N (program)``) has each file open, from /proc (Linux; empty elsewhere)."""
+def processes_writing(paths: set[Path]) -> dict[Path, str]:
+    """Which local process (``pid N (program)``) has each file open for writing, from /proc (Linux only).
+
+    Readers such as TensorBoard's own data server hold the files open too; only write access counts.
+    """
     holders: dict[Path, str] = {}
     proc = Path("/proc")
     if not proc.is_dir():
@@ -148,7 +151,7 @@ def processes_holding(paths: set[Path]) -> dict[Path, str]:
         try:
             for fd in (pid_dir / "fd").iterdir():
                 target = Path(os.readlink(fd))
-                if target in paths:
+                if target in paths and _opened_for_writing(pid_dir / "fdinfo" / fd.name):
                     name = (pid_dir / "comm").read_text().strip()
                     holders[target] = f"pid {pid_dir.name} ({name})"
         except OSError:  # the process exited, or it is not ours to look at
@@ -156,9 +159,16 @@ def processes_holding(paths: set[Path]) -> dict[Path, str]:
     return holders
 
 
+def _opened_for_writing(fdinfo: Path) -> bool:
+    for line in fdinfo.read_text().splitlines():
+        if line.startswith("flags:"):
+            return int(line.split()[1], 8) & (os.O_WRONLY | os.O_RDWR) != 0
+    return False
+
+
 def check_complete_files(logdir: Path, runs: list[RunScan]) -> Verdict:
     files = [scan for run in runs for scan in run.files]
-    holders = processes_holding({scan.path.resolve() for scan in files})
+    holders = processes_writing({scan.path.resolve() for scan in files})
     now = time.time()
     broken, open_now = [], []
     for scan in files:
@@ -170,8 +180,8 @@ def check_complete_files(logdir: Path, runs: list[RunScan]) -> Verdict:
             open_now.append(f"{name}: {why}" + (" (its last record is still being written)" if scan.problem else ""))
         elif scan.problem == "torn":
             broken.append(
-                f"{name}: ends inside a record after {scan.records} complete records; the last "
-                f"{scan.size - scan.valid_bytes} bytes are a torn write (writer killed mid-write?)"
+                f"{name}: ends inside a record after {scan.records} complete records (byte {scan.valid_bytes}); "
+                f"the last {scan.size - scan.valid_bytes} bytes are a torn write (writer killed mid-write?)"
             )
         elif scan.problem == "corrupt":
             broken.append(
@@ -185,14 +195,14 @@ def check_complete_files(logdir: Path, runs: list[RunScan]) -> Verdict:
             f"{len(broken)} event files are damaged at the end",
             broken[:MAX_LISTED] + open_now[:MAX_LISTED],
             "TensorBoard shows the points before the damage. To keep them and silence the error, cut each file "
-            "to its last complete record (truncate -s <byte> FILE, the byte offset above); "
+            "after its last complete record (truncate -s <byte> FILE, with the byte above); "
             "close writers properly (TensorBoardMonitor does at train end and on SIGTERM, not on SIGKILL)",
         )
     if open_now:
         return Verdict(
             "files complete",
             WARN,
-            f"{len(open_now)} event files are still open (being written now)",
+            f"{len(open_now)} event files are still open for writing",
             open_now[:MAX_LISTED],
             "normal while training runs; if training has ended, its writer was not closed: "
             "end the process with SIGTERM (not SIGKILL) so every queued point reaches the file",

@@ -1,0 +1,162 @@
+"""Test helpers: `mftb tensorboard` as a child process, and headless Chromium driven through chromedriver."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from conftest import MFTB, subprocess_env
+
+from mindformers_tbplugin import tbserver
+
+CHROMIUM = shutil.which("chromium")
+CHROMEDRIVER = shutil.which("chromedriver")
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1400,1000",
+)
+
+
+@dataclass
+class MftbTensorBoard:
+    process: subprocess.Popen[str]
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    @property
+    def port(self) -> int:
+        (line,) = [line for line in self.lines if line.startswith("TensorBoard is ready:")]
+        return int(line.split(":")[3].split("/")[0])
+
+    def stop(self) -> int:
+        """SIGTERM, as a scheduler or `kill` would send; returns the exit status."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait()
+        self.lines += self.process.stdout.readlines()
+        return code
+
+
+@contextlib.contextmanager
+def mftb_tensorboard(logdir: Path, *args: str, timeout: float = 120.0) -> Iterator[MftbTensorBoard]:
+    """Run `mftb tensorboard LOGDIR ARGS` until it says it is ready; always stopped on exit."""
+    process = subprocess.Popen(
+        [MFTB, "tensorboard", str(logdir), *args],
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    server = MftbTensorBoard(process)
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if not line:
+                raise AssertionError(f"mftb tensorboard ended before it was ready:\n{server.output}")
+            server.lines.append(line)
+            if line.startswith("TensorBoard is ready:"):
+                break
+        else:
+            raise AssertionError(f"mftb tensorboard not ready within {timeout} s:\n{server.output}")
+        yield server
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def plain_tensorboard(logdir: Path) -> Iterator[int]:
+    """The `tensorboard` program itself on a free loopback port, for the doctor's server check."""
+    port = tbserver.free_port(16006)
+    process = subprocess.Popen(
+        tbserver.tensorboard_argv(logdir, port),
+        env=subprocess_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert tbserver.wait_until_serving(process, port), "tensorboard did not start"
+        yield port
+    finally:
+        tbserver.stop(process)
+
+
+def listening_addresses(port: int) -> set[str]:
+    """Local addresses with a TCP socket listening on ``port`` (from /proc/net/tcp and tcp6)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as handle:
+            next(handle)
+            for row in handle:
+                local, state = row.split()[1], row.split()[3]
+                address, hex_port = local.split(":")
+                if state == "0A" and int(hex_port, 16) == port:
+                    found.add(_address(address))
+    return found
+
+
+def _address(hex_address: str) -> str:
+    raw = bytes.fromhex(hex_address)
+    if len(raw) == 4:
+        return ".".join(str(b) for b in reversed(raw))
+    return "::" if not any(raw) else hex_address
+
+
+# Text of the page including every shadow root (TensorBoard's dashboards are Polymer components).
+DEEP_TEXT_JS = """
+const parts = [];
+const walk = (node) => {
+  if (node.nodeType === Node.TEXT_NODE) { parts.push(node.textContent); return; }
+  if (['STYLE', 'SCRIPT', 'NOSCRIPT', 'TEMPLATE'].includes(node.nodeName)) return;
+  if (node.shadowRoot) walk(node.shadowRoot);
+  for (const child of node.childNodes) walk(child);
+};
+walk(document.body);
+return parts.join(' ').replace(/\\s+/g, ' ');
+"""
+
+# Number of drawn line paths inside the charts' shadow roots: charts are on screen when it is > 0.
+DEEP_COUNT_JS = """
+const selector = arguments[0];
+let count = 0;
+const walk = (root) => {
+  count += root.querySelectorAll(selector).length;
+  for (const el of root.querySelectorAll('*')) if (el.shadowRoot) walk(el.shadowRoot);
+};
+walk(document);
+return count;
+"""
+
+
+def open_chromium():
+    """A headless Chromium session (selenium + Debian's chromedriver) with a fresh profile."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tempfile.mkdtemp(prefix='mftb-chromium-')}")
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)

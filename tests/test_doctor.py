@@ -1,0 +1,222 @@
+"""`mftb doctor` on prepared logdirs: real event files (ours and tensorboardX's), real damage, real processes."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import HELPERS, MFTB, read_scalars, subprocess_env
+from tb_helpers import plain_tensorboard
+from tensorboardX import SummaryWriter
+
+from mindformers_tbplugin import tbserver
+from mindformers_tbplugin.writer import RunWriter
+
+
+def doctor(logdir: Path | str, *args: str, cwd: Path | None = None) -> tuple[int, str]:
+    result = subprocess.run(
+        [MFTB, "doctor", str(logdir), *args],
+        cwd=cwd,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.returncode, result.stdout
+
+
+def verdict(output: str, check: str) -> str:
+    """The verdict line of ``check`` and its indented details."""
+    match = re.search(rf"^\[[ A-Z]+\] {re.escape(check)}:.*?(?=^\[|^\d+ of \d+ checks)", output, flags=re.M | re.S)
+    assert match, f"no verdict for {check!r} in:\n{output}"
+    return match.group(0)
+
+
+def write_mftb_run(run_dir: Path, first: int = 1, last: int = 20, start: int | None = 1) -> None:
+    writer = RunWriter(run_dir)
+    if start is not None:
+        writer.add_session_start(start)
+    for step in range(first, last + 1):
+        writer.add_scalars(step, {"train/loss": 1.0 / step, "train/lr": 1e-3})
+    writer.close()
+
+
+def write_tensorboardx_run(run_dir: Path, first: int, last: int, **kwargs: object) -> None:
+    writer = SummaryWriter(str(run_dir), **kwargs)
+    for step in range(first, last + 1):
+        writer.add_scalar("train/loss", 1.0 / step, step)
+    writer.close()
+
+
+def finished_long_ago(logdir: Path) -> None:
+    """Backdate the files, as for a training that ended an hour ago (recent files count as open)."""
+    past = time.time() - 3600
+    for path in logdir.rglob("*tfevents*"):
+        os.utime(path, (past, past))
+
+
+def test_healthy_logdir_served_by_tensorboard_passes_every_check(tmp_path: Path) -> None:
+    logdir = tmp_path / "tb"
+    write_mftb_run(logdir / "ours")
+    write_tensorboardx_run(logdir / "tbx", 1, 20)
+    finished_long_ago(logdir)
+    with plain_tensorboard(logdir) as port:
+        code, output = doctor(logdir, "--port", str(port))
+    assert code == 0, output
+    assert output.count("[ OK ]") == 7 and "7 of 7 checks passed." in output
+    assert f"serves {logdir} with 2 runs" in output
+
+
+def test_server_check_names_what_is_served_instead(tmp_path: Path) -> None:
+    logdir, other = tmp_path / "tb", tmp_path / "other"
+    write_mftb_run(logdir / "run")
+    write_mftb_run(other / "run")
+    finished_long_ago(tmp_path)
+    with plain_tensorboard(other) as port:
+        code, output = doctor(logdir, "--port", str(port))
+    assert code == 1
+    assert f"[FAIL] TensorBoard on port {port}: it serves {other}, not {logdir}" in output
+    idle = tbserver.free_port(17006)
+    code, output = doctor(logdir, "--port", str(idle))
+    assert f"[FAIL] TensorBoard on port {idle}: nothing listens on {idle}" in output
+    assert f"fix: mftb tensorboard {logdir} --port {idle}" in output
+
+
+def test_no_event_files_points_to_where_recent_runs_are(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    write_mftb_run(project / "output" / "tensorboard" / "llama_20261129-101010")
+    (project / "scripts").mkdir()
+    # Trained from project/, inspected from project/scripts/: the relative log_dir resolves elsewhere.
+    code, output = doctor("output/tensorboard", cwd=project / "scripts")
+    assert code == 1
+    check = verdict(output, "event files")
+    assert f"[FAIL] event files: LOGDIR {project / 'scripts' / 'output' / 'tensorboard'} does not exist" in check
+    assert str(project / "output" / "tensorboard" / "llama_20261129-101010") in check
+    fix = f"mftb tensorboard {project / 'output' / 'tensorboard'}"
+    assert f"fix: point TensorBoard at the folder above the run folders: {fix}" in check
+
+
+def test_mindspore_summary_files_are_named_as_unreadable(tmp_path: Path) -> None:
+    logdir = tmp_path / "summary"
+    code = (
+        "import sys\nimport mindspore as ms\nfrom mindspore.train.summary import SummaryRecord\n"
+        "with SummaryRecord(sys.argv[1]) as record:\n"
+        "    record.add_value('scalar', 'loss', ms.Tensor(1.5))\n    record.record(1)\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(logdir)], env=subprocess_env(), check=True, timeout=300)
+    _, output = doctor(logdir)
+    check = verdict(output, "event files")
+    assert "holds no *tfevents* files" in check
+    assert "MindSpore SummaryRecord files" in check and "TensorBoard cannot read them" in check
+
+
+def test_torn_and_corrupt_files_are_found_with_the_byte_to_cut_at(tmp_path: Path) -> None:
+    logdir = tmp_path / "tb"
+    for name in ("torn", "corrupt"):
+        write_mftb_run(logdir / name, last=50)
+    (torn,) = (logdir / "torn").glob("*tfevents*")
+    with open(torn, "r+b") as handle:  # a writer killed in the middle of its last record
+        handle.truncate(torn.stat().st_size - 7)
+    (corrupt,) = (logdir / "corrupt").glob("*tfevents*")
+    data = bytearray(corrupt.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    corrupt.write_bytes(bytes(data))
+    finished_long_ago(logdir)
+
+    code, output = doctor(logdir)
+    assert code == 1
+    check = verdict(output, "files complete")
+    assert check.startswith("[FAIL] files complete: 2 event files are damaged at the end")
+    # 51 complete records: file version, START, steps 1..49 (the 50th is torn)
+    assert re.search(r"torn/\S+: ends inside a record after 51 complete records \(byte \d+\)", check)
+    assert re.search(r"corrupt/\S+: checksum mismatch at byte \d+", check)
+    # The advice is true: TensorBoard shows the points before the tear, and cutting there heals the file.
+    assert [s for s, _ in read_scalars(logdir / "torn")["train/loss"]] == list(range(1, 50))
+    for path, pattern in ((corrupt, r"checksum mismatch at byte (\d+)"), (torn, r"records \(byte (\d+)\)")):
+        with open(path, "r+b") as handle:
+            handle.truncate(int(re.search(pattern, check).group(1)))
+    finished_long_ago(logdir)
+    assert verdict(doctor(logdir)[1], "files complete").startswith("[ OK ] files complete")
+
+
+def test_a_file_held_open_by_a_running_writer_is_reported_with_its_process(tmp_path: Path) -> None:
+    logdir = tmp_path / "tb"
+    child = subprocess.Popen(
+        [sys.executable, str(HELPERS / "doctor_writer.py"), str(logdir / "live"), "1", "5", "0", "hold"],
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        finished_long_ago(logdir)  # not recently modified: the open handle alone must show it
+        code, output = doctor(logdir)
+    finally:
+        child.kill()
+        child.wait()
+    assert code == 1
+    check = verdict(output, "files complete")
+    assert "[WARN] files complete: 1 event files are still open for writing" in check
+    assert f"open by pid {child.pid} (python" in check
+
+
+def test_two_processes_writing_one_run_folder(tmp_path: Path) -> None:
+    run_dir = tmp_path / "tb" / "shared_run"
+    children = [
+        subprocess.Popen(
+            [sys.executable, str(HELPERS / "doctor_writer.py"), str(run_dir), "1", "30", "0.1", "close"],
+            env=subprocess_env(),
+        )
+        for _ in range(2)
+    ]
+    for child in children:
+        assert child.wait(timeout=120) == 0
+    code, output = doctor(tmp_path / "tb")
+    assert code == 1
+    check = verdict(output, "one writer per run")
+    assert "[FAIL] one writer per run: 1 pairs of event files written concurrently" in check
+    for child in children:
+        assert f"pid {child.pid}, steps 1-30" in check
+
+
+def test_restart_without_purge_is_caught_and_a_purged_restart_passes(tmp_path: Path) -> None:
+    logdir = tmp_path / "tb"
+    write_tensorboardx_run(logdir / "tbx_no_purge", 1, 80)
+    write_tensorboardx_run(logdir / "tbx_no_purge", 51, 100, filename_suffix=".restart")
+    write_tensorboardx_run(logdir / "tbx_purged", 1, 80)
+    write_tensorboardx_run(logdir / "tbx_purged", 51, 100, filename_suffix=".restart", purge_step=51)
+    write_mftb_run(logdir / "mftb_resumed", 1, 80)
+    write_mftb_run(logdir / "mftb_resumed", 51, 100, start=51)  # what TensorBoardMonitor does on resume
+    code, output = doctor(logdir)
+    assert code == 1
+    check = verdict(output, "steps go forward")
+    assert check.startswith("[FAIL] steps go forward: 1 runs have steps going backwards")
+    assert re.search(r"tbx_no_purge: step 80 -> 51 in \S+\.restart", check)
+    assert "tbx_purged" not in check and "mftb_resumed" not in check
+
+
+def test_non_ascii_paths_warn(tmp_path: Path) -> None:
+    write_mftb_run(tmp_path / "tb" / "实验_1")
+    _, output = doctor(tmp_path / "tb")
+    check = verdict(output, "ASCII paths")
+    assert check.startswith("[WARN] ASCII paths: 1 paths contain non-ASCII characters") and "实验_1" in check
+
+
+def test_large_logdir_warns_with_sizes_and_points(tmp_path: Path) -> None:
+    write_mftb_run(tmp_path / "tb" / "long", last=300)
+    _, output = doctor(tmp_path / "tb", "--max_points_per_tag", "100", "--max_gb", "0.00001")
+    check = verdict(output, "logdir size")
+    assert "[WARN] logdir size:" in check and "TensorBoard will load slowly" in check
+    assert "long train/loss: 300 points" in check and "over 1e-05 GB" in check
+    _, output = doctor(tmp_path / "tb")
+    assert verdict(output, "logdir size").startswith("[ OK ] logdir size")
+
+
+def test_bad_options_are_usage_errors(tmp_path: Path) -> None:
+    code, _ = doctor(tmp_path, "--port", "70000")
+    assert code == 2
