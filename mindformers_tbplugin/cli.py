@@ -17,6 +17,7 @@ COMMANDS = (
     "mindformers_tbplugin.commands.make_data",
     "mindformers_tbplugin.commands.register_path",
     "mindformers_tbplugin.commands.tensorboard",
+    "mindformers_tbplugin.commands.watch",
     "mindformers_tbplugin.commands.doctor",
 )
 

@@ -1,0 +1,293 @@
+"""Where alerts go: a log line, TensorBoard, a JSONL file, a command, a webhook.
+
+Configured as a YAML-style list: ``[log, tensorboard, {jsonl: path}, {command: [argv...]},
+{webhook: url}]``. ``log`` and ``tensorboard`` run on the caller's thread (both only hand data to
+queues). The others each get a background thread with a bounded queue, so a slow disk, command or
+server never blocks training; their failures are logged once per kind of failure.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import os
+import subprocess
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from mindformers_tbplugin.alerts import Alert
+from mindformers_tbplugin.log import logger
+from mindformers_tbplugin.schema import ConfigError, Problem
+
+SINK_NAMES = ("log", "tensorboard", "jsonl", "command", "webhook")
+PLACEHOLDERS = ("rule", "message", "tag", "step", "value", "severity", "run")
+WEBHOOK_TIMEOUT_S = 5.0
+QUEUE_LIMIT = 1000  # alerts held per background sink; beyond it the oldest are dropped
+
+
+def mask_url(url: str) -> str:
+    """The URL as it may appear in logs: credentials, path and query (where tokens hide) masked."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname or ""
+        if parts.port:
+            host = f"{host}:{parts.port}"
+    except ValueError:
+        return "<invalid url>"
+    user = "***@" if parts.username or parts.password else ""
+    rest = "/***" if parts.path.strip("/") or parts.query else ""
+    return f"{parts.scheme}://{user}{host}{rest}"
+
+
+def format_alert(alert: Alert) -> str:
+    run = f" run={alert.run}" if alert.run else ""
+    return f"ALERT [{alert.severity}] {alert.rule}{run} tag={alert.tag} step={alert.step}: {alert.message}"
+
+
+class Sink(abc.ABC):
+    """Receives alerts. ``emit`` must not raise and must return quickly."""
+
+    @abc.abstractmethod
+    def emit(self, alert: Alert) -> None: ...
+
+    def close(self, timeout: float = 5.0) -> None:  # noqa: B027 - most sinks hold nothing
+        """Deliver what is pending (waiting at most ``timeout`` seconds)."""
+
+
+class LogSink(Sink):
+    def emit(self, alert: Alert) -> None:
+        logger.warning(format_alert(alert))
+
+
+class TensorBoardSink(Sink):
+    """``alerts/<rule>`` = 1 at the alert's step, and the message under ``alerts/messages`` (Text tab)."""
+
+    def emit(self, alert: Alert) -> None:
+        from mindformers_tbplugin.custom_metrics import log_scalars, log_text
+
+        log_scalars({f"alerts/{alert.rule}": 1.0}, step=alert.step, kind="model")
+        log_text("alerts/messages", f"[{alert.severity}] {alert.rule} {alert.tag}: {alert.message}", step=alert.step)
+
+
+class BackgroundSink(Sink):
+    """Delivers alerts on its own daemon thread, started at the first alert."""
+
+    label = "sink"
+
+    def __init__(self) -> None:
+        self._queue: deque[Alert | None] = deque(maxlen=QUEUE_LIMIT)
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._warned: set[str] = set()
+
+    def emit(self, alert: Alert) -> None:
+        with self._wake:
+            self._queue.append(alert)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=f"mftb-alerts-{self.label}", daemon=True)
+                self._thread.start()
+            self._wake.notify()
+
+    def close(self, timeout: float = 5.0) -> None:
+        with self._wake:
+            if self._thread is None:
+                return
+            self._queue.append(None)
+            self._wake.notify()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._queue:
+                    self._wake.wait()
+                alert = self._queue.popleft()
+            if alert is None:
+                self.finish()
+                return
+            try:
+                self.deliver(alert)
+            except Exception as exc:  # a sink must never take anything else down
+                self.warn_once(type(exc).__name__, f"alert {self.label} sink failed: {exc!r}")
+
+    @abc.abstractmethod
+    def deliver(self, alert: Alert) -> None: ...
+
+    def finish(self) -> None:
+        """Called on the sink's thread after the last alert."""
+
+    def warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning("%s (further failures of this kind are not reported)", message)
+
+
+class JsonlSink(BackgroundSink):
+    label = "jsonl"
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = Path(path).expanduser().absolute()
+
+    def deliver(self, alert: Alert) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(alert.as_dict(), ensure_ascii=False) + "\n")
+        except OSError as exc:
+            self.warn_once("os", f"cannot append alerts to {self.path}: {exc}")
+
+
+class CommandSink(BackgroundSink):
+    """Starts ``argv`` with placeholders filled per argument; never through a shell, never waited for."""
+
+    label = "command"
+
+    def __init__(self, argv: Sequence[str]) -> None:
+        super().__init__()
+        self.argv = list(argv)
+        self._children: list[subprocess.Popen] = []
+
+    def fill(self, alert: Alert) -> list[str]:
+        fields = {name: str(getattr(alert, name)) for name in PLACEHOLDERS}
+        return [_fill(arg, fields) for arg in self.argv]
+
+    def deliver(self, alert: Alert) -> None:
+        self._children = [child for child in self._children if child.poll() is None]  # reap finished ones
+        try:
+            child = subprocess.Popen(
+                self.fill(alert),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # a Ctrl-C to training does not reach the pager script
+            )
+        except OSError as exc:
+            # The program name only: later arguments may carry secrets.
+            self.warn_once("start", f"cannot run alert command {self.argv[0]!r}: {exc.strerror or exc}")
+            return
+        self._children.append(child)
+
+    def finish(self) -> None:
+        for child in self._children:
+            try:
+                child.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                self.warn_once("slow", f"alert command {self.argv[0]!r} still runs; not waiting for it")
+
+
+def _fill(template: str, fields: dict[str, str]) -> str:
+    """Replace ``{name}`` placeholders; other braces stay as they are (no str.format on user text)."""
+    for name, value in fields.items():
+        template = template.replace("{" + name + "}", value)
+    return template
+
+
+class WebhookSink(BackgroundSink):
+    """POSTs each alert as JSON to ``url`` with a short timeout."""
+
+    label = "webhook"
+
+    def __init__(self, url: str, timeout: float = WEBHOOK_TIMEOUT_S) -> None:
+        super().__init__()
+        self.url = url
+        self.timeout = timeout
+
+    def deliver(self, alert: Alert) -> None:
+        body = json.dumps(alert.as_dict(), ensure_ascii=False).encode("utf-8")
+        request = urllib.request.Request(
+            self.url, data=body, method="POST", headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                response.read()
+        except urllib.error.HTTPError as exc:
+            self.warn_once(f"http{exc.code}", f"alert webhook {mask_url(self.url)} answered HTTP {exc.code}")
+        except (OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            self.warn_once("net", f"alert webhook {mask_url(self.url)} unreachable: {reason}")
+
+
+def build_sinks(specs: Any, where: str = "sinks") -> tuple[list[Sink], list[Problem]]:
+    """Sinks from ``[log, tensorboard, {jsonl: path}, {command: [argv...]}, {webhook: url}]``."""
+    if not isinstance(specs, (list, tuple)):
+        return [], [Problem(where, f"expected a list like [log, {{jsonl: alerts.jsonl}}], got {specs!r}")]
+    sinks: list[Sink] = []
+    problems: list[Problem] = []
+    allowed = ", ".join(SINK_NAMES)
+    for index, spec in enumerate(specs):
+        key = f"{where}[{index}]"
+        if spec == "log":
+            sinks.append(LogSink())
+        elif spec == "tensorboard":
+            sinks.append(TensorBoardSink())
+        elif isinstance(spec, dict) and len(spec) == 1:
+            ((kind, value),) = spec.items()
+            sink, reason = _build_keyed(kind, value)
+            if sink is None:
+                problems.append(Problem(f"{key}.{kind}", reason))
+            else:
+                sinks.append(sink)
+        else:
+            problems.append(
+                Problem(key, f"expected log, tensorboard or a one-key mapping ({allowed}), got {_shown(spec)}")
+            )
+    return sinks, problems
+
+
+def _build_keyed(kind: Any, value: Any) -> tuple[Sink | None, str]:
+    if kind == "jsonl":
+        if isinstance(value, (str, os.PathLike)) and str(value):
+            return JsonlSink(str(value)), ""
+        return None, f"expected a file path, got {value!r}"
+    if kind == "command":
+        if isinstance(value, list) and value and all(isinstance(arg, (str, int, float)) for arg in value):
+            return CommandSink([str(arg) for arg in value]), ""
+        return None, "expected a non-empty list of arguments, e.g. [./page.sh, '{rule}', '{message}'] (no shell)"
+    if kind == "webhook":
+        if isinstance(value, str) and urllib.parse.urlsplit(value).scheme in ("http", "https"):
+            return WebhookSink(value), ""
+        return None, f"expected an http:// or https:// URL, got {_shown(value)}"
+    allowed = ", ".join(SINK_NAMES)
+    return None, f"unknown sink {kind!r} (allowed: {allowed})"
+
+
+def _shown(value: Any) -> str:
+    """A config value for an error message, with URLs masked."""
+    if isinstance(value, str) and "://" in value:
+        return repr(mask_url(value))
+    return repr(value)
+
+
+def parse_sinks(specs: Any, where: str = "sinks", owner: str = "alerts") -> list[Sink]:
+    sinks, problems = build_sinks(specs, where)
+    if problems:
+        raise ConfigError.for_owner(owner, problems)
+    return sinks
+
+
+class Dispatcher:
+    """Hands each alert to every sink; a failing sink is reported once and skipped."""
+
+    def __init__(self, sinks: Sequence[Sink]) -> None:
+        self.sinks = list(sinks)
+        self._warned: set[int] = set()
+
+    def dispatch(self, alert: Alert) -> None:
+        for sink in self.sinks:
+            try:
+                sink.emit(alert)
+            except Exception as exc:  # alerting must never stop training or the watcher
+                if id(sink) not in self._warned:
+                    self._warned.add(id(sink))
+                    logger.warning("alert sink %s failed: %r", type(sink).__name__, exc)
+
+    def close(self, timeout: float = 5.0) -> None:
+        for sink in self.sinks:
+            sink.close(timeout)

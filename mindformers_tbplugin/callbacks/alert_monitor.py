@@ -1,0 +1,105 @@
+"""``AlertMonitor``: alert rules on the values TensorBoardMonitor writes, inside training."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+from mindformers.tools.register import MindFormerModuleType, MindFormerRegister
+from mindspore.train import Callback
+
+from mindformers_tbplugin import alert_sinks, alerts, bus
+from mindformers_tbplugin.log import logger
+from mindformers_tbplugin.ranks import current_topology
+from mindformers_tbplugin.schema import ConfigError, Problem, check_arguments
+
+DEFAULT_SINKS = ("log", "tensorboard")
+
+
+@MindFormerRegister.register(MindFormerModuleType.CALLBACK)
+class AlertMonitor(Callback):
+    """Evaluate alert rules on every step TensorBoardMonitor writes; report, and stop training on request.
+
+    Rules see exactly the values of the main run (after cross-rank aggregation), on the rank that
+    writes it, so a TensorBoardMonitor must be in the same ``callbacks:`` list. A rule with
+    ``action: stop`` ends training at the end of the step that fired it, through MindSpore's
+    ``run_context.request_stop()``, so checkpoints and event files are closed normally.
+
+    Args:
+        rules: Alert rules, e.g. ``[{rule: nonfinite, action: stop}, {rule: spike, tag: train/loss, k: 6}]``;
+            null: nonfinite, spike, throughput_drop and loss_scale_collapse with their defaults.
+        sinks: Where alerts go: ``log``, ``tensorboard``, ``{jsonl: path}``, ``{command: [argv...]}``,
+            ``{webhook: url}``; null: ``[log, tensorboard]``.
+    """
+
+    def __init__(self, rules: list[dict] | None = None, sinks: list[str | dict] | None = None) -> None:
+        super().__init__()
+        arguments = {"rules": rules, "sinks": sinks}
+        problems = check_arguments(type(self), arguments)
+        if not problems:
+            problems += type(self).check_cross_fields(arguments)
+        if problems:
+            raise ConfigError.for_owner(type(self).__name__, problems)
+        self.rule_specs = list(alerts.DEFAULT_RULES if rules is None else rules)
+        self.sink_specs = list(DEFAULT_SINKS if sinks is None else sinks)
+        self._engine: alerts.AlertEngine | None = None
+        self._dispatcher: alert_sinks.Dispatcher | None = None
+        self._run_context: Any = None
+        self._steps_seen = 0
+        self.fired: list[alerts.Alert] = []
+
+    @classmethod
+    def check_cross_fields(cls, arguments: Mapping[str, Any]) -> list[Problem]:
+        """Each rule and sink entry: names, parameters and their types (top-level types are already right)."""
+        rules = arguments.get("rules")
+        sinks = arguments.get("sinks")
+        _, problems = alerts.build_rules(alerts.DEFAULT_RULES if rules is None else rules, "rules")
+        _, sink_problems = alert_sinks.build_sinks(DEFAULT_SINKS if sinks is None else sinks, "sinks")
+        return problems + sink_problems
+
+    # -- MindSpore callback hooks -----------------------------------------------------------------
+    def on_train_begin(self, run_context: Any) -> None:
+        if not current_topology().is_writer:
+            return  # the values are published where the main run is written
+        self._engine = alerts.AlertEngine(alerts.parse_rules(self.rule_specs, owner=type(self).__name__))
+        self._dispatcher = alert_sinks.Dispatcher(alert_sinks.parse_sinks(self.sink_specs, owner=type(self).__name__))
+        self._run_context = run_context
+        self._steps_seen = 0
+        bus.subscribe(self._on_values)
+
+    def on_train_end(self, run_context: Any) -> None:
+        self._finish()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        # MindSpore enters callbacks as context managers: this runs when training raises, too.
+        self._finish()
+
+    # -- internals --------------------------------------------------------------------------------
+    def _on_values(self, step: int, values: dict[str, float]) -> None:
+        """Bus listener, on the training thread: rule updates only; sinks do their work off-thread."""
+        self._steps_seen += 1
+        fired = self._engine.observe(step, values)
+        if not fired:
+            return
+        for alert in fired:
+            self.fired.append(alert)
+            self._dispatcher.dispatch(alert)
+            if alert.action == "stop" and self._run_context is not None:
+                logger.warning("AlertMonitor: stopping training after step %d (%s: %s)", step, alert.rule, alert.tag)
+                self._run_context.request_stop()
+
+    def _finish(self) -> None:
+        if self._engine is None:
+            return
+        bus.unsubscribe(self._on_values)
+        self._engine, self._run_context = None, None
+        dispatcher, self._dispatcher = self._dispatcher, None
+        dispatcher.close()
+        if not self._steps_seen:
+            message = (
+                "AlertMonitor received no values: it evaluates what TensorBoardMonitor writes, so add a "
+                "TensorBoardMonitor to the same callbacks list."
+            )
+            logger.warning(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=3)

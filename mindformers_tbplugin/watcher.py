@@ -1,0 +1,103 @@
+"""Apply alert rules to every run under a log folder, reading only what is new in each event file.
+
+A run is a folder holding ``*tfevents*`` files (named by its path below the log folder); each run
+gets its own rule engine, fed its files' points in file-name order, which is creation order for
+every common writer.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mindformers_tbplugin.alerts import Alert, AlertEngine, StallRule, parse_rules
+from mindformers_tbplugin.event_reader import EventFileReader
+
+
+@dataclass
+class _Run:
+    engine: AlertEngine
+    read_tags: frozenset[str] | None
+    readers: dict[str, EventFileReader] = field(default_factory=dict)
+
+
+class Watcher:
+    """Follows ``logdir``; ``on_alert`` receives each fired alert (with its run's name)."""
+
+    def __init__(
+        self, logdir: str | os.PathLike, rule_specs: Sequence[dict[str, Any]], on_alert: Callable[[Alert], None]
+    ):
+        self.logdir = Path(logdir)
+        self.rule_specs = list(rule_specs)
+        parse_rules(self.rule_specs, watcher=True)  # fail before reading anything
+        self.on_alert = on_alert
+        self.points_read = 0
+        self.alerts_fired = 0
+        self._runs: dict[Path, _Run] = {}
+
+    @property
+    def runs(self) -> list[str]:
+        return [self._run_name(folder) for folder in self._runs]
+
+    def poll(self) -> int:
+        """Read what was appended since the last poll (new files and runs included). Returns alerts fired."""
+        before = self.alerts_fired
+        for folder, files in self._discover():
+            run = self._runs.get(folder)
+            if run is None:
+                run = self._runs[folder] = self._new_run(folder)
+            for name in files:
+                reader = run.readers.get(name)
+                if reader is None:
+                    reader = run.readers[name] = EventFileReader(folder / name, run.read_tags)
+                self._feed(run, reader)
+        return self.alerts_fired - before
+
+    def check_stall(self, now: float | None = None) -> int:
+        """Fire stall alerts for runs silent for too long. Returns alerts fired."""
+        now = time.time() if now is None else now
+        fired = 0
+        for run in self._runs.values():
+            for alert in run.engine.check_stall(now):
+                fired += 1
+                self.on_alert(alert)
+        self.alerts_fired += fired
+        return fired
+
+    def _feed(self, run: _Run, reader: EventFileReader) -> None:
+        engine = run.engine
+        observe, progress, emit = engine.observe_point, engine.progress, self.on_alert
+        count = 0
+        for tag, step, value, wall_time in reader.read():
+            count += 1
+            progress(step, wall_time)
+            fired = observe(tag, step, value)
+            if fired:
+                for alert in fired:
+                    self.alerts_fired += 1
+                    emit(alert)
+        self.points_read += count
+
+    def _new_run(self, folder: Path) -> _Run:
+        rules = parse_rules(self.rule_specs, watcher=True)
+        engine = AlertEngine(rules, run=self._run_name(folder))
+        # Stall needs every point's step; other rules only their own tags.
+        read_tags = None if any(isinstance(rule, StallRule) for rule in rules) else engine.tags
+        return _Run(engine, read_tags)
+
+    def _run_name(self, folder: Path) -> str:
+        relative = folder.relative_to(self.logdir)
+        return "." if relative == Path(".") else relative.as_posix()
+
+    def _discover(self) -> list[tuple[Path, list[str]]]:
+        found = []
+        for root, dirs, files in os.walk(self.logdir):
+            dirs.sort()
+            events = sorted(name for name in files if "tfevents" in name)
+            if events:
+                found.append((Path(root), events))
+        return found
