@@ -80,9 +80,9 @@ def detach(sink: ScalarSink) -> None:
 
 
 def active_run_dir() -> Path | None:
-    """Main run folder of the TensorBoardMonitor writing in this process, looked up at call time
-    (None outside a monitored training or on a rank that does not write). Other producers get the
-    same writer with ``writer.get_writer(active_run_dir())``."""
+    """Main run folder of the TensorBoardMonitor running in this process, looked up at call time
+    (None outside a monitored training). Only the writing rank (``Topology.is_writer``) may write
+    there; it gets the monitor's own writer with ``writer.get_writer(active_run_dir())``."""
     for sink in _active_sinks:
         run_dir = getattr(sink, "run_dir", None)
         if run_dir is not None:

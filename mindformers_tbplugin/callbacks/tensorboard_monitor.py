@@ -11,7 +11,8 @@ from typing import Annotated, Any, Literal
 
 from mindspore.train import Callback
 
-from mindformers_tbplugin import custom_metrics, metrics, rundir
+from mindformers_tbplugin import custom_metrics, metrics, run_info, rundir
+from mindformers_tbplugin.eval_metrics import EvalRecorder
 from mindformers_tbplugin.log import logger
 from mindformers_tbplugin.metrics import MetricKind, StepMetrics
 from mindformers_tbplugin.model_facts import ModelFacts, read_model_facts
@@ -65,6 +66,15 @@ class TensorBoardMonitor(Callback):
             beyond it only the cross-rank summary and the topk_ranks slowest ranks are written.
         topk_ranks: How many of the slowest ranks (by step time) the main run lists at each
             aggregation.
+        log_hparams: At train begin, write the run's hyperparameters (learning rate and schedule,
+            batch sizes, sequence length, model size, parallel layout, seed, experiment) for
+            TensorBoard's HParams dashboard; at the end, the session's status.
+        log_config: At train begin, write the resolved YAML config as text (``run/config``), with the
+            values of secret-looking keys (token, password, secret, key, ak/sk, ...) masked.
+        log_graph: At train begin, write the model's cell hierarchy (types, parameter shapes, dtypes
+            and counts) for the Graphs dashboard and a parameter-count table (``run/parameters``).
+        log_eval: Write MindFormers' evaluation results during training (``do_eval``) as ``eval/*``
+            at the training step they belong to.
     """
 
     def __init__(
@@ -85,6 +95,10 @@ class TensorBoardMonitor(Callback):
         per_rank_system: bool | Literal["auto"] = "auto",
         per_rank_limit: Annotated[int, Range(min=1)] = 16,
         topk_ranks: Annotated[int, Range(min=0)] = 4,
+        log_hparams: bool = True,
+        log_config: bool = True,
+        log_graph: bool = True,
+        log_eval: bool = True,
     ) -> None:
         super().__init__()
         arguments = dict(locals())
@@ -126,6 +140,8 @@ class TensorBoardMonitor(Callback):
         self.per_rank_system = per_rank_system
         self.per_rank_limit = per_rank_limit
         self.topk_ranks = topk_ranks
+        self._run_info = run_info.RunInfoOptions(hparams=log_hparams, config=log_config, graph=log_graph)
+        self._eval_recorder = EvalRecorder(self._log_eval) if log_eval else None
         self._host_memory = HostMemory() if log_memory else None
         self._device_memory = DeviceMemory() if log_memory else None
 
@@ -220,6 +236,11 @@ class TensorBoardMonitor(Callback):
         )
         self._router = MetricRouter(topology, options, self._writer, rank_writer, collectives)
         custom_metrics.attach(self)
+        if self._eval_recorder is not None:
+            self._eval_recorder.attach(cb_params.get("list_callback"))
+        if self._writer is not None:
+            args = (self._writer, self._step, cb_params, self._facts, topology, self.experiment, self._run_info)
+            self._guard("run_info", run_info.write_run_start, *args)
         logger.info("TensorBoardMonitor: %s", topology.describe())
         if self._writer is not None:
             logger.info(
@@ -298,8 +319,16 @@ class TensorBoardMonitor(Callback):
         if self._writer is not None:
             self._writer.add_text(self._step if step is None else int(step), str(tag), str(text))
 
+    def _log_eval(self, values: dict[str, float]) -> None:
+        """Evaluation results (``eval/*``) depend on the data: combined across ranks like the loss."""
+        self.log_custom(values, self._step, MetricKind.DATA)
+
     def _finish(self, clean: bool) -> None:
         custom_metrics.detach(self)
+        if self._eval_recorder is not None:
+            self._eval_recorder.detach()
+        if self._writer is not None and self._run_info.hparams:
+            run_info.write_run_end(self._writer, self._step, clean)
         router, self._router = self._router, None
         if router is not None:
             self._guard("end", router.finish, clean)
