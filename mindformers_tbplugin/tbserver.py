@@ -18,6 +18,7 @@ from mindformers_tbplugin.errors import UsageError
 
 LOOPBACK = "127.0.0.1"
 PORT_SEARCH_SPAN = 100
+KEEP_ALL_POINTS = 1_000_000_000  # reservoirs grow as points arrive: a huge bound costs no memory up front
 
 
 def tensorboard_program() -> str:
@@ -35,8 +36,9 @@ def tensorboard_argv(logdir: Path, port: int, bind_all: bool = False, all_points
     argv = [tensorboard_program(), "--logdir", str(logdir), "--port", str(port), "--reload_multifile=true"]
     argv += ["--bind_all"] if bind_all else ["--host", LOOPBACK]
     if all_points:
-        # The default keeps 1,000 reservoir-sampled points per tag, which can hide loss spikes.
-        argv += ["--samples_per_plugin", "scalars=0"]
+        # The default keeps 1,000 reservoir-sampled points per tag, which can hide loss spikes. "scalars=0" is
+        # no way out: the scalars plugin then downsamples every series to zero points (TensorBoard 2.21).
+        argv += ["--samples_per_plugin", f"scalars={KEEP_ALL_POINTS}"]
     return argv
 
 

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,10 +59,13 @@ class MftbTensorBoard:
 
 
 @contextlib.contextmanager
-def mftb_tensorboard(logdir: Path, *args: str, timeout: float = 120.0) -> Iterator[MftbTensorBoard]:
+def mftb_tensorboard(
+    logdir: Path, *args: str, cwd: Path | None = None, timeout: float = 120.0
+) -> Iterator[MftbTensorBoard]:
     """Run `mftb tensorboard LOGDIR ARGS` until it says it is ready; always stopped on exit."""
     process = subprocess.Popen(
         [MFTB, "tensorboard", str(logdir), *args],
+        cwd=cwd,
         env=subprocess_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -100,6 +103,16 @@ def plain_tensorboard(logdir: Path) -> Iterator[int]:
         yield port
     finally:
         tbserver.stop(process)
+
+
+def wait_for(probe: Callable[[], object], timeout: float = 60.0) -> object:
+    """The first truthy result of ``probe``, polled twice a second (TensorBoard loads runs in the background)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = probe()
+        if result or time.monotonic() > deadline:
+            return result
+        time.sleep(0.5)
 
 
 def listening_addresses(port: int) -> set[str]:

@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--all_points",
         action="store_true",
-        help="keep every scalar point (--samples_per_plugin scalars=0) instead of 1,000 sampled points per tag",
+        help="keep every scalar point (--samples_per_plugin scalars=1000000000) instead of 1,000 sampled per tag",
     )
 
 

@@ -1,0 +1,73 @@
+"""`mftb tensorboard`: the real TensorBoard, started as a child process and queried over HTTP."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import MFTB, subprocess_env
+from tb_helpers import listening_addresses, mftb_tensorboard, wait_for
+
+from mindformers_tbplugin import tbserver
+from mindformers_tbplugin.writer import RunWriter
+
+
+@pytest.fixture
+def logdir(tmp_path: Path) -> Path:
+    writer = RunWriter(tmp_path / "tb" / "llama_tiny_20261129-120000")
+    writer.add_session_start(1)
+    for step in range(1, 2001):
+        writer.add_scalars(step, {"train/loss": 1.0 / step})
+    writer.close()
+    return tmp_path / "tb"
+
+
+def scalars(port: int) -> list:
+    return tbserver.get_json(port, "/data/plugin/scalars/scalars?run=llama_tiny_20261129-120000&tag=train/loss")
+
+
+def test_serves_the_logdir_on_loopback_only_with_every_point(logdir: Path) -> None:
+    port = tbserver.free_port(18006)
+    with mftb_tensorboard(logdir, "--port", str(port), "--all_points") as server:
+        assert server.port == port
+        assert f"TensorBoard is ready: http://127.0.0.1:{port}/" in server.output
+        assert listening_addresses(port) == {"127.0.0.1"}
+        assert wait_for(lambda: tbserver.get_json(port, "/data/runs")) == ["llama_tiny_20261129-120000"]
+        flags = tbserver.get_json(port, "/data/environment")["debug"]["flags"]
+        assert flags["logdir"] == str(logdir) and flags["reload_multifile"] is True
+        assert len(wait_for(lambda: scalars(port))) == 2000  # without --all_points TensorBoard keeps a sample of 1,000
+        assert server.stop() == 0
+    assert "TensorBoard stopped." in server.output
+    assert tbserver.port_is_free(port)
+
+
+def test_relative_logdir_is_made_absolute_and_a_taken_port_is_skipped(logdir: Path) -> None:
+    taken = tbserver.free_port(18106)
+    with socket.socket() as blocker:
+        blocker.bind((tbserver.LOOPBACK, taken))
+        blocker.listen()
+        process_cwd = logdir.parent
+        with mftb_tensorboard(Path("tb"), "--port", str(taken), cwd=process_cwd) as server:
+            assert f"Port {taken} is taken; using {server.port}." in server.output
+            assert server.port != taken
+            assert tbserver.probe(server.port).logdir == str(logdir)
+            assert len(wait_for(lambda: scalars(server.port))) == 1000  # the default sampling, kept unless --all_points
+
+
+def test_bind_all_warns_that_every_log_is_exposed(logdir: Path) -> None:
+    port = tbserver.free_port(18206)
+    with mftb_tensorboard(logdir, "--port", str(port), "--bind_all") as server:
+        assert "WARNING: --bind_all" in server.output and "can read every log under" in server.output
+        assert listening_addresses(port) & {"0.0.0.0", "::"}
+        assert wait_for(lambda: tbserver.get_json(port, "/data/runs")) == ["llama_tiny_20261129-120000"]
+
+
+def test_a_missing_logdir_is_a_usage_error(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [MFTB, "tensorboard", str(tmp_path / "nope")], env=subprocess_env(), capture_output=True, text=True
+    )
+    assert result.returncode == 2
+    assert f"LOGDIR {tmp_path / 'nope'} does not exist" in result.stderr
+    assert "Traceback" not in result.stderr
