@@ -17,7 +17,9 @@ _TARGET = "mindformers"
 
 def _register_now() -> None:
     try:
-        import mindformers_tbplugin.registration  # noqa: F401  (importing registers)
+        from mindformers_tbplugin.registration import register_callbacks
+
+        register_callbacks()
     except Exception as exc:  # registration must never break `import mindformers`
         warnings.warn(f"mindformers_tbplugin: could not register callbacks: {exc!r}", stacklevel=2)
 

@@ -8,10 +8,12 @@ from mindformers_tbplugin.log import route_to_mindformers
 
 
 def register_callbacks() -> None:
-    """Every exported callback under its class name (the callback modules do not import mindformers)."""
+    """Every exported callback under its class name (the callback modules do not import mindformers).
+    Idempotent; called again by the callbacks package when it finishes importing, in case
+    mindformers was first imported while that package was still half-initialised."""
     for callback in our_callbacks().values():
         MindFormerRegister.register_cls(callback, module_type=MindFormerModuleType.CALLBACK)
+    route_to_mindformers()
 
 
 register_callbacks()
-route_to_mindformers()
