@@ -6,7 +6,7 @@ INSTALLED := $(VENV)/.installed
 DEMO_CONFIG := configs/tiny/llama_tiny_cpu.yaml
 DEMO_LOGS := $(CURDIR)/output/tensorboard
 
-.PHONY: install demo test lint bench bench-quick clean
+.PHONY: install demo test lint bench bench-quick clean browser screenshot
 
 install: $(INSTALLED)
 
@@ -29,8 +29,24 @@ lint: $(INSTALLED)
 	$(BIN)/ruff check mindformers_tbplugin tests benchmarks
 	$(BIN)/ruff format --check mindformers_tbplugin tests benchmarks
 
-test: lint
+test: lint browser
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest
+
+# Headless Chromium for tests/test_browser.py: installed with apt-get when we are root; otherwise that test skips.
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; } >/dev/null 2>&1; then \
+		echo "browser: installed chromium and chromium-driver for the browser test"; \
+	else echo "browser: NOTE: could not install chromium + chromium-driver (needs root and apt-get): the browser test will SKIP"; fi
+
+# Regenerates the README's picture: a tiny training shown by `mftb tensorboard` in headless Chromium.
+screenshot: $(INSTALLED) browser
+	rm -f docs/.tensorboard-scalars.new.png
+	MFTB_SCREENSHOT=$(CURDIR)/docs/.tensorboard-scalars.new.png PATH="$(CURDIR)/$(BIN):$$PATH" \
+		$(BIN)/python -m pytest -q tests/test_browser.py
+	@test -s docs/.tensorboard-scalars.new.png || { echo "screenshot: not taken (browser test skipped?)"; exit 1; }
+	mv docs/.tensorboard-scalars.new.png docs/tensorboard-scalars.png
 
 bench: $(INSTALLED)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m benchmarks.run
