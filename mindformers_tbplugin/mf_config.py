@@ -30,6 +30,8 @@ class RunningConfig:
 
 def find_running_config(max_frames: int = 64) -> RunningConfig | None:
     """The config of the MindFormers task trainer that is running this training, if any."""
+    if "mindformers" not in sys.modules:  # MindFormers cannot be running it; do not pay for its import
+        return None
     try:
         from mindformers.trainer.base_trainer import BaseTrainer
     except Exception:  # no MindFormers: a plain MindSpore training
