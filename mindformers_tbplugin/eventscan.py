@@ -92,7 +92,6 @@ def scan_file(path: Path, backsteps: list[Backstep] | None = None, last_step: in
     stat = path.stat()
     scan = FileScan(path, stat.st_size, stat.st_mtime)
     high = last_step
-    event = event_pb2.Event()
     with open(path, "rb") as handle:
         for offset, payload, problem in iter_records(handle):
             if problem is not None:
@@ -101,7 +100,8 @@ def scan_file(path: Path, backsteps: list[Backstep] | None = None, last_step: in
             scan.records += 1
             scan.valid_bytes = offset + _HEADER + len(payload) + _FOOTER
             try:
-                event.ParseFromString(payload)
+                # A fresh message per record: re-parsing into one message grows its arena without bound (upb).
+                event = event_pb2.Event.FromString(payload)
             except Exception:  # a checksummed record that is no Event: not ours to judge
                 continue
             if event.wall_time:

@@ -220,3 +220,28 @@ def test_large_logdir_warns_with_sizes_and_points(tmp_path: Path) -> None:
 def test_bad_options_are_usage_errors(tmp_path: Path) -> None:
     code, _ = doctor(tmp_path, "--port", "70000")
     assert code == 2
+
+
+def test_reading_is_streaming_memory_stays_flat(tmp_path: Path) -> None:
+    """~20 MB of events: peak memory of `mftb doctor` stays near its import footprint, not the file size."""
+    writer = RunWriter(tmp_path / "tb" / "long", max_queue=200_000)
+    values = {f"train/t{i}": 0.5 for i in range(10)}
+    for step in range(1, 100_001):
+        writer.add_scalars(step, values)
+    writer.close(timeout=300)
+    assert sum(p.stat().st_size for p in (tmp_path / "tb").rglob("*tfevents*")) > 18 * 1024**2
+    # A fresh interpreter whose only child is the doctor, so the peak is the doctor's alone.
+    measure = (
+        "import resource, subprocess, sys\n"
+        "subprocess.run(sys.argv[1:], capture_output=True)\n"
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", measure, MFTB, "doctor", str(tmp_path / "tb")],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    assert int(result.stdout) < 60, f"peak {result.stdout.strip()} MB"
