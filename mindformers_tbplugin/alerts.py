@@ -242,11 +242,11 @@ class SpikeRule(Rule):
     summary = "A value jumps above median + k * MAD of the previous `window` points."
     options: ClassVar[dict[str, Option]] = {
         "tag": Option(TAGS, (metrics.TRAIN_LOSS, metrics.TRAIN_GRAD_NORM), "Tag(s) to check."),
-        "k": Option(float, 6.0, "How many MADs above the rolling median counts as a spike.", min=0),
+        "k": Option(float, 8.0, "How many MADs above the rolling median counts as a spike.", min=0),
         "window": Option(int, 100, "Rolling window (points) for the median and MAD.", min=3),
-        "min_points": Option(int, 20, "Points needed in the window before the rule can fire.", min=3),
+        "min_points": Option(int, 50, "Points needed in the window before the rule can fire.", min=3),
         "min_rel_scale": Option(
-            float, 0.001, "Floor of the MAD as a fraction of |median|, so a flat series is not all spikes.", min=0
+            float, 0.01, "Floor of the MAD as a fraction of |median|, so a flat series is not all spikes.", min=0
         ),
     }
 

@@ -1,0 +1,113 @@
+"""AlertMonitor in a real tiny MindFormers training that diverges, and `mftb watch` over real runs."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import MFTB, TrainingRun, read_scalars, subprocess_env, train, write_tiny_config
+
+STEPS = 32
+STEP_LINE = re.compile(r"step:\[\s*(\d+)/\s*\d+\], loss:")
+DIVERGING_LR = 1.0e38  # the first update makes the weights overflow: the loss is NaN from step 2
+
+
+@pytest.fixture(scope="module")
+def diverged_run(tmp_path_factory: pytest.TempPathFactory, tiny_data: Path) -> TrainingRun:
+    folder = tmp_path_factory.mktemp("diverged")
+    callbacks = [
+        {"type": "MFLossMonitor"},
+        {"type": "TensorBoardMonitor", "log_dir": str(folder / "tb"), "experiment": "diverged"},
+        {
+            "type": "AlertMonitor",
+            "rules": [{"rule": "nonfinite", "action": "stop"}, {"rule": "spike", "tag": "train/loss", "k": 6}],
+            "sinks": ["log", "tensorboard", {"jsonl": str(folder / "alerts.jsonl")}],
+        },
+        {
+            "type": "CheckpointMonitor",
+            "prefix": "tiny",
+            "directory": str(folder / "ckpt"),
+            "save_checkpoint_steps": 1000,
+        },
+    ]
+    config = write_tiny_config(
+        folder,
+        tiny_data,
+        callbacks,
+        num_samples=2 * STEPS,
+        optimizer={"type": "AdamW", "betas": [0.9, 0.95], "eps": 1.0e-8, "weight_decay": 0.0},
+        lr_schedule={"type": "ConstantWarmUpLR", "learning_rate": DIVERGING_LR, "warmup_steps": 0, "total_steps": -1},
+        runner_wrapper={"type": "CPUTrainOneStepCell", "scale_sense": 1.0, "use_clip_grad": False},
+    )
+    run = train(config, folder)
+    assert run.returncode == 0, run.output[-5000:]
+    return run
+
+
+def test_nonfinite_stop_ends_training_at_the_alerting_step(diverged_run: TrainingRun) -> None:
+    printed = [int(step) for step in STEP_LINE.findall(diverged_run.output)]
+    assert printed == [1, 2], printed  # MFLossMonitor printed two of the 32 steps
+    assert "AlertMonitor: stopping training after step 2 (nonfinite: train/loss)" in diverged_run.output
+    assert "ALERT [critical] nonfinite tag=train/loss step=2" in diverged_run.output
+
+
+def test_the_jsonl_sink_holds_the_alert(diverged_run: TrainingRun) -> None:
+    lines = (diverged_run.folder / "alerts.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [(r["rule"], r["tag"], r["step"], r["value"], r["action"]) for r in records] == [
+        ("nonfinite", "train/loss", 2, "nan", "stop")
+    ]
+    assert records[0]["severity"] == "critical" and records[0]["message"] == "train/loss is nan at step 2"
+
+
+def test_logs_and_checkpoint_are_closed_normally(diverged_run: TrainingRun) -> None:
+    scalars = read_scalars(diverged_run.run_dir)
+    assert [step for step, _ in scalars["train/loss"]] == [1, 2]  # every step written, file closed cleanly
+    assert scalars["alerts/nonfinite"] == [(2, 1.0)]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(diverged_run.run_dir))
+    accumulator.Reload()
+    (message,) = accumulator.Tensors("alerts/messages")
+    assert message.step == 2
+    assert b"nonfinite train/loss: train/loss is nan at step 2" in message.tensor_proto.string_val[0]
+    checkpoints = list((diverged_run.folder / "ckpt").rglob("*.ckpt"))
+    assert [path.name for path in checkpoints] == ["tiny_rank_0-1_2.ckpt"]  # saved at the stop, step 2
+
+
+def test_watch_once_over_our_runs(diverged_run: TrainingRun, tiny_run: TrainingRun) -> None:
+    healthy = subprocess.run(
+        [MFTB, "watch", str(tiny_run.log_root), "--once", "--rule", "nonfinite", "--rule", "loss_scale_collapse"],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    assert healthy.stdout == ""
+    diverged = subprocess.run(
+        [MFTB, "watch", str(diverged_run.log_root), "--once", "--rule", "nonfinite"],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert diverged.returncode == 1, diverged.stdout + diverged.stderr
+    run_name = diverged_run.run_dir.name
+    assert f"ALERT [critical] nonfinite run={run_name} tag=train/loss step=2: train/loss is nan at step 2" in (
+        diverged.stdout
+    )
+
+
+def test_bad_alert_monitor_config_fails_before_training(tmp_path: Path, tiny_data: Path) -> None:
+    callbacks = [
+        {"type": "TensorBoardMonitor", "log_dir": str(tmp_path / "tb")},
+        {"type": "AlertMonitor", "rules": [{"rule": "spkie", "k": 6}], "sinks": [{"webhook": "ftp://h/TOKEN"}]},
+    ]
+    run = train(write_tiny_config(tmp_path, tiny_data, callbacks), tmp_path)
+    assert run.returncode != 0
+    assert "unknown rule 'spkie'; did you mean 'spike'?" in run.output
+    assert "expected an http:// or https:// URL" in run.output
+    assert "TOKEN" not in run.output
+    assert "Traceback" not in run.output

@@ -1,0 +1,112 @@
+"""The fast event reader returns what TensorBoard's own reader returns, incrementally."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorboardX
+from conftest import TrainingRun, read_scalars
+from tensorboardX.proto import summary_pb2, tensor_pb2, tensor_shape_pb2
+
+from mindformers_tbplugin.event_reader import CHUNK_BYTES, EventFileReader
+from mindformers_tbplugin.writer import EventFile, frame_record, scalars_event
+
+
+def read_all(run_dir: Path, tags: set[str] | None = None) -> dict[str, list[tuple[int, float]]]:
+    series: dict[str, list[tuple[int, float]]] = {}
+    for path in sorted(run_dir.iterdir()):
+        for tag, step, value, _ in EventFileReader(path, tags).read():
+            series.setdefault(tag, []).append((step, value))
+    return series
+
+
+def tensor_scalar_summary(tag: str, value: float, with_metadata: bool, dtype: int = 1) -> summary_pb2.Summary:
+    """A TensorFlow-2-style scalar: a rank-0 tensor; the scalars-plugin metadata only on the first write."""
+    metadata = None
+    if with_metadata:
+        metadata = summary_pb2.SummaryMetadata(
+            plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
+        )
+    shape = tensor_shape_pb2.TensorShapeProto()
+    if dtype == 1:
+        tensor = tensor_pb2.TensorProto(dtype=1, float_val=[value], tensor_shape=shape)
+    else:  # double in tensor_content, as tf.make_tensor_proto writes it
+        tensor = tensor_pb2.TensorProto(dtype=2, tensor_content=np.float64(value).tobytes(), tensor_shape=shape)
+    return summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, tensor=tensor, metadata=metadata)])
+
+
+def test_same_points_as_event_accumulator_on_a_real_training(tiny_run: TrainingRun) -> None:
+    expected = read_scalars(tiny_run.run_dir)
+    ours = read_all(tiny_run.run_dir)
+    assert set(ours) == set(expected)
+    for tag, points in expected.items():
+        assert ours[tag] == points, tag
+
+
+def test_tensorboardx_simple_and_tensor_scalars_others_skipped(tmp_path: Path) -> None:
+    writer = tensorboardX.SummaryWriter(str(tmp_path))
+    for step in range(5):
+        writer.add_scalar("x/simple", step * 1.5, step)
+        file_writer = writer._get_file_writer()
+        file_writer.add_summary(tensor_scalar_summary("x/tensor", step * 2.5, step == 0), step)
+        file_writer.add_summary(tensor_scalar_summary("x/double", step * 0.25, step == 0, dtype=2), step)
+        writer.add_text("x/text", "not a number", step)
+        writer.add_histogram("x/histogram", np.arange(10), step)
+    writer.close()
+    assert read_all(tmp_path) == {
+        "x/simple": [(s, s * 1.5) for s in range(5)],
+        "x/tensor": [(s, s * 2.5) for s in range(5)],
+        "x/double": [(s, s * 0.25) for s in range(5)],
+    }
+    assert read_all(tmp_path, tags={"x/tensor"}) == {"x/tensor": [(s, s * 2.5) for s in range(5)]}
+
+
+def test_only_new_records_are_read_and_a_torn_record_waits(tmp_path: Path) -> None:
+    path = tmp_path / "events.out.tfevents.1.host"
+    records = [
+        frame_record(scalars_event(step, 100.0 + step, {"a": step, "b": -step}).SerializeToString())
+        for step in range(4)
+    ]
+    path.write_bytes(records[0] + records[1] + records[2][:7])
+    reader = EventFileReader(path)
+    assert [(t, s, v) for t, s, v, _ in reader.read()] == [("a", 0, 0.0), ("b", 0, -0.0), ("a", 1, 1.0), ("b", 1, -1.0)]
+    assert reader.offset == len(records[0] + records[1])
+    with path.open("ab") as handle:
+        handle.write(records[2][7:-2])
+    assert list(reader.read()) == []  # still incomplete
+    with path.open("ab") as handle:
+        handle.write(records[2][-2:] + records[3])
+    assert [(t, s, v, w) for t, s, v, w in reader.read()] == [
+        ("a", 2, 2.0, 102.0),
+        ("b", 2, -2.0, 102.0),
+        ("a", 3, 3.0, 103.0),
+        ("b", 3, -3.0, 103.0),
+    ]
+    assert list(reader.read()) == []
+
+
+def test_corrupt_record_is_skipped_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "events.out.tfevents.2.host"
+    good = frame_record(scalars_event(1, 1.0, {"a": 1.0}).SerializeToString())
+    bad = bytearray(frame_record(scalars_event(2, 2.0, {"a": 2.0}).SerializeToString()))
+    bad[-6] ^= 0xFF  # flip a payload byte: its checksum fails
+    path.write_bytes(good + bytes(bad) + good)
+    assert [(t, s) for t, s, _, _ in EventFileReader(path).read()] == [("a", 1), ("a", 1)]
+    assert "fails its checksum" in caplog.text
+
+
+def test_large_file_is_read_in_chunks_with_nonfinite_values_intact(tmp_path: Path) -> None:
+    event_file = EventFile(tmp_path)
+    steps = 3 * CHUNK_BYTES // 60  # several chunks
+    for step in range(steps):
+        event_file.write(
+            scalars_event(step, float(step), {"train/loss": math.nan if step == steps - 1 else float(step)})
+        )
+    event_file.close()
+    points = list(EventFileReader(event_file.path, tags={"train/loss"}).read())
+    assert len(points) == steps
+    assert [p[1] for p in points] == list(range(steps))
+    assert math.isnan(points[-1][2]) and points[-2][2] == steps - 2
