@@ -72,13 +72,17 @@ class Report:
             checked = _count(self.entries_checked, "callback entry", "callback entries")
             head = f"{self.source}: OK ({checked} checked)"
         lines = [head]
-        lines += [f"  error: {f.render()}" for f in self.errors]
-        lines += [f"  warning: {f.render()}" for f in self.warnings]
+        lines += [f"  error: {f.render()}" for f in sorted(self.errors, key=_by_line)]
+        lines += [f"  warning: {f.render()}" for f in sorted(self.warnings, key=_by_line)]
         return "\n".join(lines)
 
 
 class UnreadableConfig(Exception):
     """The file is missing, not text, empty or not YAML. The message says which and where."""
+
+
+def _by_line(finding: Finding) -> int:
+    return finding.line or 0
 
 
 def _count(n: int, singular: str, plural: str | None = None) -> str:
@@ -306,8 +310,8 @@ class _Checker:
         if first != where:
             self.error(
                 where,
-                f"{cls.__name__} writes the same run folder as {first} ({folder[0] / name}); "
-                "give one of them a different log_dir or experiment",
+                f"{cls.__name__} writes the same run folder as {first} ({folder[0] / name}), every tag "
+                "twice; give one of them a different log_dir or experiment",
             )
 
     def check_foreign(self, foreign: list[tuple[str, dict]]) -> None:

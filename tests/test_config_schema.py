@@ -1,0 +1,167 @@
+"""One source of truth: the callback classes. A new parameter reaches validation, `mftb schema` and the
+JSON Schema with no second edit; the JSON Schema independently accepts the bundled configs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Annotated, Any
+
+import jsonschema
+import pytest
+import yaml
+from conftest import MFTB, REPO, subprocess_env
+
+from mindformers_tbplugin.callback_types import our_callbacks
+from mindformers_tbplugin.callbacks import TensorBoardMonitor
+from mindformers_tbplugin.config_check import check_file
+from mindformers_tbplugin.json_schema import config_schema, entry_schema
+from mindformers_tbplugin.schema import Range, params_of
+
+BUNDLED = sorted((REPO / "configs").rglob("*.yaml"))
+
+
+class SmoothedMonitor(TensorBoardMonitor):
+    """A TensorBoardMonitor with one more parameter, as a user or a later version would add it.
+
+    Args:
+        smoothing_window: Steps averaged into train/loss_smoothed.
+    """
+
+    def __init__(self, smoothing_window: Annotated[int, Range(min=2)] = 8, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.smoothing_window = smoothing_window
+
+
+@pytest.fixture(scope="module")
+def printed_schema() -> dict:
+    result = subprocess.run([MFTB, "schema"], env=subprocess_env(), capture_output=True, text=True, check=True)
+    return json.loads(result.stdout)
+
+
+def test_a_new_parameter_shows_up_in_the_derived_schema(tmp_path: Path) -> None:
+    (param,) = [p for p in params_of(SmoothedMonitor) if p.name == "smoothing_window"]
+    assert (param.default, param.range, param.doc) == (8, Range(min=2), "Steps averaged into train/loss_smoothed.")
+    prop = entry_schema(SmoothedMonitor)["properties"]["smoothing_window"]
+    assert prop == {
+        "type": "integer",
+        "minimum": 2,
+        "description": "Steps averaged into train/loss_smoothed.",
+        "default": 8,
+    }
+    config = tmp_path / "smoothed.yaml"
+    config.write_text("callbacks:\n  - type: SmoothedMonitor\n    smoothing_window: 1\n    smoothing_windw: 4\n")
+    report = check_file(config, {"SmoothedMonitor": SmoothedMonitor})
+    rendered = report.render()
+    assert "callbacks[0].smoothing_window (line 3): expected integer >= 2, got 1" in rendered
+    assert (
+        "callbacks[0].smoothing_windw (line 4): unknown key 'smoothing_windw' for SmoothedMonitor; did you "
+        "mean 'smoothing_window'?" in rendered
+    )
+
+
+def test_every_exported_callback_has_an_entry_in_the_printed_schema(printed_schema: dict) -> None:
+    ours = our_callbacks()
+    assert {"TensorBoardMonitor", "HistogramMonitor", "AlertMonitor"} <= set(ours)
+    assert set(printed_schema["definitions"]) == {*ours, "OtherCallback"}
+    for name, cls in ours.items():
+        assert set(printed_schema["definitions"][name]["properties"]) == {
+            "type",
+            "auto_register",
+            *(p.name for p in params_of(cls)),
+        }
+    assert printed_schema == json.loads(json.dumps(config_schema(ours)))
+
+
+@pytest.mark.parametrize("config", BUNDLED, ids=lambda p: p.name)
+def test_json_schema_accepts_the_bundled_configs(printed_schema: dict, config: Path) -> None:
+    document = yaml.safe_load(config.read_text())
+    jsonschema.Draft7Validator.check_schema(printed_schema)
+    jsonschema.Draft7Validator(printed_schema).validate(document)
+    assert any(entry["type"] == "TensorBoardMonitor" for entry in document["callbacks"])
+
+
+def test_npu_configs_carry_every_callback_type_we_offer() -> None:
+    for config in (
+        REPO / "configs/llama3_1/finetune_llama3_1_8b_tb.yaml",
+        REPO / "configs/qwen2_5/finetune_qwen2_5_7b_tb.yaml",
+    ):
+        types = {entry["type"] for entry in yaml.safe_load(config.read_text())["callbacks"]}
+        assert set(our_callbacks()) <= types, config.name
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"type": "TensorBoardMonitor", "log_every": -5},
+        {"type": "TensorBoardMonitor", "log_evry": 5},
+        {"type": "TensorBoardMonitor", "rank_policy": "everyone"},
+        {"type": "TensorBoardMonitor", "vs_tokens": "yes"},
+        {"type": "HistogramMonitor", "bins": 1},
+        {"log_dir": "/tmp/tb"},
+    ],
+)
+def test_json_schema_rejects_what_validate_rejects(printed_schema: dict, entry: dict) -> None:
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft7Validator(printed_schema).validate({"callbacks": [entry]})
+
+
+def test_markdown_format_prints_one_table_per_callback() -> None:
+    result = subprocess.run(
+        [MFTB, "schema", "--format", "markdown"], env=subprocess_env(), capture_output=True, text=True, check=True
+    )
+    assert "### `TensorBoardMonitor`" in result.stdout
+    assert "| `log_every` | `1` | Write the scalars every this many steps. |" in result.stdout
+
+
+# -- warnings: legal but likely wrong ----------------------------------------------------------------
+def _warnings(tmp_path: Path, text: str) -> str:
+    config = tmp_path / "config.yaml"
+    config.write_text(text)
+    report = check_file(config, our_callbacks())
+    assert report.exit_code == 0, report.render()
+    return "\n".join(f.render() for f in report.warnings)
+
+
+def test_relative_log_dir_says_what_it_resolves_against(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    text = _warnings(tmp_path, "callbacks:\n  - type: TensorBoardMonitor\n    log_dir: runs/tb\n")
+    assert (
+        "callbacks[0].log_dir (line 3): relative path 'runs/tb' resolves against the working directory of each "
+        f"training process (from here: {tmp_path / 'runs' / 'tb'})"
+    ) in text
+
+
+def test_non_ascii_missing_parent_and_unwritable_paths_are_flagged(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    text = _warnings(
+        tmp_path,
+        "callbacks:\n"
+        f"  - type: TensorBoardMonitor\n    log_dir: {tmp_path}/日志/tb\n    experiment: one\n"
+        f"  - type: TensorBoardMonitor\n    log_dir: {tmp_path}/missing/deeper/tb\n    experiment: two\n"
+        f"  - type: TensorBoardMonitor\n    log_dir: {blocker}/tb\n    experiment: three\n",
+    )
+    assert f"callbacks[0].log_dir (line 3): '{tmp_path}/日志/tb' contains non-ASCII characters" in text
+    assert (
+        f"callbacks[1].log_dir (line 6): parent folder {tmp_path}/missing/deeper does not exist on this machine"
+    ) in text
+    assert f"callbacks[2].log_dir (line 9): {blocker} exists and is not a folder, so {blocker}/tb cannot be" in text
+
+
+def test_per_step_aggregation_and_per_step_histograms_on_a_large_model(tmp_path: Path) -> None:
+    text = _warnings(
+        tmp_path,
+        "model:\n  model_config: {hidden_size: 4096, num_layers: 32, vocab_size: 128256}\n"
+        f"callbacks:\n  - type: TensorBoardMonitor\n    log_dir: {tmp_path}/tb\n    aggregate_every: 1\n"
+        "  - type: HistogramMonitor\n    every_steps: 1\n",
+    )
+    assert "callbacks[0].aggregate_every (line 6): 1 runs a cross-rank collective after every step" in text
+    assert (
+        "callbacks[1].every_steps (line 8): histograms of every parameter after every step on a model of ~7.5B" in text
+    )
+    small = _warnings(
+        tmp_path, f"callbacks:\n  - type: TensorBoardMonitor\n    log_dir: {tmp_path}/tb\n  - type: HistogramMonitor\n"
+    )
+    assert small == ""

@@ -1,0 +1,230 @@
+"""`mftb validate`: every mistake in the callbacks block reported with its YAML path and line.
+
+The broken configs under tests/broken_configs/ are real files; each case names the exact message
+(path, line, what is allowed) and the exit status the launcher relies on: 1 problems, 2 unusable.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import MFTB, REPO, subprocess_env
+
+from mindformers_tbplugin.callback_types import our_callbacks
+from mindformers_tbplugin.config_check import check_file
+
+BROKEN = Path(__file__).resolve().parent / "broken_configs"
+ALLOWED_TB_KEYS = "allowed: log_dir, experiment, run_name_pattern, log_every"
+
+# file -> (exit status, messages that must appear in its report)
+CASES: dict[str, tuple[int, list[str]]] = {
+    "key_typo.yaml": (
+        1,
+        [
+            f"callbacks[1].log_evry (line 5): unknown key 'log_evry' for TensorBoardMonitor; did you mean "
+            f"'log_every'? {ALLOWED_TB_KEYS}"
+        ],
+    ),
+    "type_typo_ours.yaml": (
+        1,
+        ["callbacks[1].type (line 3): unknown callback type 'TensorboardMonitor'; did you mean 'TensorBoardMonitor'?"],
+    ),
+    "type_typo_foreign.yaml": (
+        1,
+        ["callbacks[0].type (line 2): unknown callback type 'MFLosMonitor'; did you mean 'MFLossMonitor'?"],
+    ),
+    "foreign_key_typo.yaml": (
+        1,
+        [
+            "callbacks[1].save_checkpoint_step (line 5): unknown key 'save_checkpoint_step' for CheckpointMonitor; "
+            "did you mean 'save_checkpoint_steps'?"
+        ],
+    ),
+    "negative_log_every.yaml": (1, ["callbacks[0].log_every (line 4): expected integer >= 1, got -5"]),
+    "zero_log_every.yaml": (1, ["callbacks[0].log_every (line 4): expected integer >= 1, got 0"]),
+    "string_for_number.yaml": (1, ["callbacks[0].flush_secs (line 4): expected number, got 'often' (string)"]),
+    "string_for_boolean.yaml": (1, ["callbacks[0].vs_tokens (line 4): expected boolean, got 'yes' (string)"]),
+    "float_for_integer.yaml": (1, ["callbacks[0].param_norm_every (line 4): expected integer, got 2.5 (number)"]),
+    "string_for_list.yaml": (
+        1,
+        ["callbacks[0].extra_metrics (line 4): expected list of string or null, got 'my_team.metrics:padding_ratio'"],
+    ),
+    "unknown_choice.yaml": (1, ["callbacks[0].rank_policy (line 4): expected one of 'writer', 'all', got 'everyone'"]),
+    "out_of_range.yaml": (1, ["callbacks[0].flush_secs (line 4): expected number between 0.1 and 3600, got 0"]),
+    "aggregate_not_multiple.yaml": (
+        1,
+        ["callbacks[0].aggregate_every (line 5): expected a multiple of log_every (4) or 0, got 10"],
+    ),
+    "unknown_placeholder.yaml": (
+        1,
+        ["callbacks[0].run_name_pattern (line 4): unknown placeholder(s) host; allowed: {experiment}, {timestamp}"],
+    ),
+    "duplicate_writers.yaml": (
+        1,
+        [
+            "callbacks[2] (line 6): TensorBoardMonitor writes the same run folder as callbacks[0] "
+            "(/tmp/mftb_tb/llama_{timestamp})"
+        ],
+    ),
+    "histogram_negative.yaml": (1, ["callbacks[1].every_steps (line 5): expected integer >= 0, got -1"]),
+    "histogram_never.yaml": (
+        1,
+        ["callbacks[1].every_steps (line 5): every_steps and every_epochs are both 0: no histogram would be written"],
+    ),
+    "alert_rule_typo.yaml": (1, ["callbacks[1].rules[1].rule (line 7): unknown rule 'spik'; did you mean 'spike'?"]),
+    "eval_callbacks_bad.yaml": (1, ["eval_callbacks[0].log_every (line 6): expected integer >= 1, got 0"]),
+    "many_problems.yaml": (
+        1,
+        [
+            "many_problems.yaml: 3 problems",
+            "callbacks[0].log_every (line 5): expected integer >= 1, got -1",
+            "callbacks[0].flush_secs (line 6): expected number, got 'fast' (string)",
+            "callbacks[0].experimnt (line 7): unknown key 'experimnt' for TensorBoardMonitor; "
+            "did you mean 'experiment'?",
+        ],
+    ),
+    "syntax_bad_indent.yaml": (
+        2,
+        ["YAML syntax error (line 4, column 4): expected <block end>, but found '<block mapping start>'"],
+    ),
+    "syntax_unclosed_bracket.yaml": (
+        2,
+        [
+            "YAML syntax error (line 5, column 3): expected ',' or ']', but got '-' (while parsing a flow sequence "
+            "at line 4)"
+        ],
+    ),
+    "syntax_tab_indent.yaml": (2, ["YAML syntax error (line 3, column 1): found character '\\t'"]),
+    "callbacks_mapping.yaml": (
+        2,
+        ["callbacks (line 1): expected a list of callback entries ('- type: ...'), got a mapping"],
+    ),
+    "callbacks_string.yaml": (
+        2,
+        [
+            "callbacks (line 1): expected a list of callback entries ('- type: ...'), got a string "
+            "('TensorBoardMonitor')"
+        ],
+    ),
+    "entry_without_type.yaml": (2, ["callbacks[1] (line 3): entry has no 'type' key (the callback class name)"]),
+    "entry_not_mapping.yaml": (
+        2,
+        ["callbacks[0] (line 2): expected a mapping with a 'type' key, got a string ('MFLossMonitor')"],
+    ),
+    "empty.yaml": (2, ["empty.yaml is empty: expected a MindFormers config (a YAML mapping)"]),
+    "comments_only.yaml": (2, ["comments_only.yaml is empty: expected a MindFormers config (a YAML mapping)"]),
+    "top_level_list.yaml": (2, ["line 1: expected a YAML mapping at the top level, got a list"]),
+    "binary_garbage.yaml": (2, ["binary_garbage.yaml is a binary file (it contains NUL bytes), not YAML text"]),
+    "latin1_text.yaml": (2, ["latin1_text.yaml is not UTF-8 text (byte 0xe9 at offset 59)"]),
+}
+MISSING = BROKEN / "does_not_exist.yaml"
+
+
+def _reports_by_file(output: str) -> dict[str, str]:
+    """Split `mftb validate` output into each file's block (a header line, then indented lines)."""
+    blocks: dict[str, str] = {}
+    for block in re.split(r"\n(?=\S)", output.strip()):
+        header = block.split("\n", 1)[0]
+        blocks[Path(header.split(": ", 1)[0]).name] = block
+    return blocks
+
+
+def test_the_corpus_is_complete() -> None:
+    assert len(CASES) >= 25
+    assert {p.name for p in BROKEN.iterdir()} == set(CASES)
+
+
+@pytest.fixture(scope="module")
+def corpus_run() -> subprocess.CompletedProcess[str]:
+    """One `mftb validate` over every broken file plus a missing one."""
+    files = [str(BROKEN / name) for name in CASES] + [str(MISSING)]
+    return subprocess.run([MFTB, "validate", *files], env=subprocess_env(), capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_each_broken_config_names_path_line_and_what_is_allowed(
+    name: str, corpus_run: subprocess.CompletedProcess[str]
+) -> None:
+    expected_status, messages = CASES[name]
+    block = _reports_by_file(corpus_run.stdout)[name]
+    for message in messages:
+        assert message in block, block
+    assert "cannot be checked" in block if expected_status == 2 else f"{name}: " in block
+    assert check_file(BROKEN / name, our_callbacks()).exit_code == expected_status
+
+
+def test_no_traceback_and_the_worst_status_wins(corpus_run: subprocess.CompletedProcess[str]) -> None:
+    assert corpus_run.returncode == 2
+    assert "Traceback" not in corpus_run.stdout + corpus_run.stderr
+    assert f"error: file not found: {MISSING}" in _reports_by_file(corpus_run.stdout)["does_not_exist.yaml"]
+
+
+@pytest.mark.parametrize(
+    ("files", "status"),
+    [
+        (["negative_log_every.yaml"], 1),
+        (["syntax_tab_indent.yaml"], 2),
+        (["does_not_exist.yaml"], 2),
+        (["entry_without_type.yaml", "key_typo.yaml"], 2),
+    ],
+)
+def test_exit_status_contract_for_launchers(files: list[str], status: int) -> None:
+    result = subprocess.run(
+        [MFTB, "validate", *(str(BROKEN / f) for f in files)], env=subprocess_env(), capture_output=True, text=True
+    )
+    assert result.returncode == status, result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_every_bundled_config_is_valid() -> None:
+    configs = sorted(str(p) for p in (REPO / "configs").rglob("*.yaml"))
+    assert len(configs) >= 4
+    result = subprocess.run([MFTB, "validate", *configs], env=subprocess_env(), capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count(": OK (") == len(configs)
+    assert "error:" not in result.stdout
+
+
+def test_mftb_train_stops_before_mindformers_with_the_same_messages(tmp_path: Path) -> None:
+    # A misspelt key that the callback's own constructor never sees (MindFormers would pass it as an
+    # unexpected keyword): the YAML check names it with its line before anything is built.
+    result = subprocess.run(
+        [MFTB, "train", "--config", str(BROKEN / "many_problems.yaml")],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert "3 problems in the callbacks, nothing built" in result.stderr
+    assert "callbacks[0].experimnt (line 7): unknown key 'experimnt' for TensorBoardMonitor" in result.stderr
+    assert "callbacks[0].log_every (line 5): expected integer >= 1, got -1" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "output" / "checkpoint").exists()
+
+
+def test_mftb_train_refuses_an_unparsable_config(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [MFTB, "train", "--config", str(BROKEN / "syntax_unclosed_bracket.yaml")],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert "YAML syntax error (line 5, column 3)" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_help_lists_the_commands_and_the_exit_statuses() -> None:
+    top = subprocess.run([MFTB, "--help"], capture_output=True, text=True, check=True).stdout
+    assert re.search(r"^\s+validate\s+check the callbacks", top, flags=re.M)
+    assert re.search(r"^\s+schema\s+print the JSON Schema", top, flags=re.M)
+    validate = subprocess.run([MFTB, "validate", "--help"], capture_output=True, text=True, check=True).stdout
+    assert "CONFIG.yaml" in validate
+    assert "0 all valid, 1 problems found, 2 a file could not be read" in " ".join(validate.split())
+    schema = subprocess.run([MFTB, "schema", "--help"], capture_output=True, text=True, check=True).stdout
+    assert "--format {json,markdown}" in schema
