@@ -340,6 +340,10 @@ def check_server(logdir: Path, port: int, runs: list[RunScan]) -> Verdict:
             [],
             f"mftb tensorboard {logdir} (it picks a free port)",
         )
+    misconfigured = _flag_problems(facts.flags, runs)
+    if misconfigured:
+        status, summary, fix = misconfigured
+        return Verdict(name, status, f"serves {facts.logdir}, but {summary}", [], fix)
     served_root = Path(facts.logdir).expanduser().resolve()
     expected = {_rel(run.path, served_root) for run in runs}
     missing = sorted(expected - set(facts.runs))
@@ -353,6 +357,22 @@ def check_server(logdir: Path, port: int, runs: list[RunScan]) -> Verdict:
             "(which passes --reload_multifile=true)",
         )
     return Verdict(name, OK, f"serves {facts.logdir} with {len(facts.runs)} runs (TensorBoard {facts.version})")
+
+
+def _flag_problems(flags: dict, runs: list[RunScan]) -> tuple[str, str, str] | None:
+    """Server flags that hide data: (status, what goes wrong, fix), or None."""
+    restart = "restart it with mftb tensorboard (add --all_points to keep every point)"
+    if (flags.get("samples_per_plugin") or {}).get("scalars") == 0:
+        # TensorBoard's scalars plugin downsamples each series to this many points: 0 means none.
+        return FAIL, "it runs with --samples_per_plugin scalars=0, so every scalar chart is empty", restart
+    if flags.get("reload_multifile") is False and any(len(run.files) > 1 for run in runs):
+        return (
+            WARN,
+            "runs have several event files and it runs without --reload_multifile=true: only the newest "
+            "file of each run gets new points",
+            restart,
+        )
+    return None
 
 
 def _servers_for(logdir: Path) -> list[int]:

@@ -78,6 +78,7 @@ class ServerFacts:
     logdir: str | None
     runs: list[str]
     version: str | None
+    flags: dict  # the server's command-line flags, when it reports them (its debug info); else empty
 
 
 def probe(port: int, timeout: float = 2.0) -> ServerFacts | None:
@@ -90,7 +91,8 @@ def probe(port: int, timeout: float = 2.0) -> ServerFacts | None:
         legacy = get_json(port, "/data/logdir", timeout)
         logdir = legacy.get("logdir") if isinstance(legacy, dict) else None
     runs = get_json(port, "/data/runs", timeout)
-    return ServerFacts(port, logdir, runs if isinstance(runs, list) else [], environment.get("version"))
+    flags = (environment.get("debug") or {}).get("flags") or {}
+    return ServerFacts(port, logdir, runs if isinstance(runs, list) else [], environment.get("version"), flags)
 
 
 def wait_until_serving(process: subprocess.Popen, port: int, timeout: float = 120.0) -> bool:

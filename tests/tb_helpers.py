@@ -89,11 +89,11 @@ def mftb_tensorboard(
 
 
 @contextlib.contextmanager
-def plain_tensorboard(logdir: Path) -> Iterator[int]:
-    """The `tensorboard` program itself on a free loopback port, for the doctor's server check."""
+def plain_tensorboard(logdir: Path, *extra: str) -> Iterator[int]:
+    """The `tensorboard` program itself on a free loopback port (``extra`` flags win), for the doctor's checks."""
     port = tbserver.free_port(16006)
     process = subprocess.Popen(
-        tbserver.tensorboard_argv(logdir, port),
+        [*tbserver.tensorboard_argv(logdir, port), *extra],
         env=subprocess_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

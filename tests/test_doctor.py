@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from conftest import HELPERS, MFTB, read_scalars, subprocess_env
-from tb_helpers import plain_tensorboard
+from tb_helpers import plain_tensorboard, wait_for
 from tensorboardX import SummaryWriter
 
 from mindformers_tbplugin import tbserver
@@ -85,6 +85,26 @@ def test_server_check_names_what_is_served_instead(tmp_path: Path) -> None:
     code, output = doctor(logdir, "--port", str(idle))
     assert f"[FAIL] TensorBoard on port {idle}: nothing listens on {idle}" in output
     assert f"fix: mftb tensorboard {logdir} --port {idle}" in output
+
+
+def test_server_flags_that_hide_points_are_named(tmp_path: Path) -> None:
+    logdir = tmp_path / "tb"
+    write_mftb_run(logdir / "resumed", 1, 20)
+    write_mftb_run(logdir / "resumed", 11, 30, start=11)
+    finished_long_ago(logdir)
+    with plain_tensorboard(logdir, "--samples_per_plugin", "scalars=0") as port:
+        _, output = doctor(logdir, "--port", str(port))
+        # What the verdict claims: once the tag is loaded, the server still hands out no points at all.
+        assert wait_for(
+            lambda: "train/loss" in (tbserver.get_json(port, "/data/plugin/scalars/tags") or {}).get("resumed", {})
+        )
+        assert tbserver.get_json(port, "/data/plugin/scalars/scalars?run=resumed&tag=train/loss") == []
+    check = verdict(output, f"TensorBoard on port {port}")
+    assert check.startswith("[FAIL]") and "--samples_per_plugin scalars=0, so every scalar chart is empty" in check
+    with plain_tensorboard(logdir, "--reload_multifile=false") as port:
+        _, output = doctor(logdir, "--port", str(port))
+    check = verdict(output, f"TensorBoard on port {port}")
+    assert check.startswith("[WARN]") and "without --reload_multifile=true" in check
 
 
 def test_no_event_files_points_to_where_recent_runs_are(tmp_path: Path) -> None:
