@@ -282,15 +282,15 @@ class _Checker:
             )
 
     def check_log_dir(self, path: str, log_dir: str) -> None:
-        resolved = rundir.absolute_path(log_dir)
-        if not os.path.isabs(os.path.expanduser(log_dir)):
+        resolved = rundir.log_root(log_dir)  # MFTB_LOG_DIR (set by the msrun launcher) replaces log_dir
+        if not os.path.isabs(os.path.expanduser(log_dir)) and not os.environ.get(rundir.LOG_DIR_ENV, "").strip():
             self.warn(
                 path,
                 f"relative path '{log_dir}' resolves against the working directory of each training process "
                 f"(from here: {resolved}); an absolute path is safer under msrun and job schedulers",
             )
         if rundir.is_non_ascii(resolved):
-            self.warn(path, f"'{log_dir}' contains non-ASCII characters; some TensorBoard versions mishandle them")
+            self.warn(path, f"{resolved} contains non-ASCII characters; some TensorBoard versions mishandle them")
         existing = next(p for p in (resolved, *resolved.parents) if p.exists())
         if not existing.is_dir():
             self.warn(path, f"{existing} exists and is not a folder, so {resolved} cannot be created on this machine")
@@ -305,7 +305,7 @@ class _Checker:
         name = arguments["run_name_pattern"].format(
             experiment=arguments["experiment"], timestamp="{timestamp}", rank="{rank}"
         )
-        folder = (rundir.absolute_path(arguments["log_dir"]), name)
+        folder = (rundir.log_root(arguments["log_dir"]), name)
         first = self.run_folders.setdefault(folder, where)
         if first != where:
             self.error(

@@ -143,7 +143,7 @@ def test_non_ascii_missing_parent_and_unwritable_paths_are_flagged(tmp_path: Pat
         f"  - type: TensorBoardMonitor\n    log_dir: {tmp_path}/missing/deeper/tb\n    experiment: two\n"
         f"  - type: TensorBoardMonitor\n    log_dir: {blocker}/tb\n    experiment: three\n",
     )
-    assert f"callbacks[0].log_dir (line 3): '{tmp_path}/日志/tb' contains non-ASCII characters" in text
+    assert f"callbacks[0].log_dir (line 3): {tmp_path}/日志/tb contains non-ASCII characters" in text
     assert (
         f"callbacks[1].log_dir (line 6): parent folder {tmp_path}/missing/deeper does not exist on this machine"
     ) in text
@@ -165,3 +165,18 @@ def test_per_step_aggregation_and_per_step_histograms_on_a_large_model(tmp_path:
         tmp_path, f"callbacks:\n  - type: TensorBoardMonitor\n    log_dir: {tmp_path}/tb\n  - type: HistogramMonitor\n"
     )
     assert small == ""
+
+
+def test_launcher_log_dir_override_is_what_gets_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # scripts/msrun_launch.sh exports MFTB_LOG_DIR: every monitor then writes below it, whatever its log_dir.
+    monkeypatch.setenv("MFTB_LOG_DIR", str(tmp_path / "shared"))
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "callbacks:\n  - type: TensorBoardMonitor\n    log_dir: a\n  - type: TensorBoardMonitor\n    log_dir: b\n"
+    )
+    report = check_file(config, our_callbacks())
+    assert [f.render() for f in report.warnings] == []
+    (error,) = report.errors
+    assert error.render().startswith(
+        f"callbacks[1] (line 4): TensorBoardMonitor writes the same run folder as callbacks[0] ({tmp_path}/shared/"
+    )
