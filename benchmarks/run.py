@@ -13,10 +13,12 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-from benchmarks import writer_overhead
+from benchmarks import alert_engine_cost, watch_throughput, writer_overhead
 
 TARGET_US = 20.0
 TARGET_RATIO = 50.0
+WATCH_TARGET_RATIO = 10.0  # mftb watch reader vs EventAccumulator
+ALERT_TARGET_US = 10.0  # AlertMonitor rules per logged step
 
 
 def _versions() -> str:
@@ -67,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     section, missed = writer_section(args.quick)
+    watch_section, watch_missed = watch_throughput.markdown_section(args.quick, WATCH_TARGET_RATIO)
+    alert_section, alert_missed = alert_engine_cost.markdown_section(args.quick, ALERT_TARGET_US)
+    missed += watch_missed + alert_missed
     command = "make bench-quick" if args.quick else "make bench"
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     text = "\n".join(
@@ -81,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
             f"- Versions: {_versions()}",
             "",
             section,
+            watch_section,
+            alert_section,
             "## Targets",
             "",
             ("All targets met." if not missed else "\n".join(f"- MISSED: {m}" for m in missed)),

@@ -101,6 +101,30 @@ def measure(points: int) -> list[ReadResult]:
     return results
 
 
+def markdown_section(quick: bool, target_ratio: float) -> tuple[str, list[str]]:
+    points = 100_000 if quick else 1_000_000
+    rows = measure(points)
+    ours, reference = rows
+    ratio = ours.points_per_s / reference.points_per_s
+    lines = [
+        f"## mftb watch: reading scalars ({points:,} points, one event file, same run)",
+        "",
+        f"{TAGS} scalars per event, written by this package; each reader in its own process, every point read "
+        "(EventAccumulator with `size_guidance={SCALARS: 0}`).",
+        "",
+        "| reader | points/s | seconds | peak RSS MB | RSS after imports MB |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row.reader} | {row.points_per_s:,.0f} | {row.seconds:.2f} | {row.peak_rss_mb:.0f} | "
+            f"{row.baseline_rss_mb:.0f} |"
+        )
+    lines += ["", f"Ratio mftb / EventAccumulator: **{ratio:.1f}x**.", ""]
+    missed = [f"watch reader {ratio:.1f}x EventAccumulator < target {target_ratio}x"] if ratio < target_ratio else []
+    return "\n".join(lines), missed
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--points", type=int, default=1_000_000)

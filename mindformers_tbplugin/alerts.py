@@ -264,7 +264,9 @@ class SpikeRule(Rule):
         alert = None
         if len(window) >= self.min_points:
             median = window.median()
-            scale = max(window.mad(median), self.min_rel_scale * abs(median), 1e-12)
+            floor = max(self.min_rel_scale * abs(median), 1e-12)
+            # The MAD only matters above median + k * floor: most points skip computing it.
+            scale = max(window.mad(median), floor) if value > median + self.k * floor else floor
             bound = median + self.k * scale
             if value > bound:
                 message = (
