@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-from benchmarks import alert_engine_cost, watch_throughput, writer_overhead
+from benchmarks import alert_engine_cost, histogram_cost, watch_throughput, writer_overhead
 
 TARGET_US = 20.0
 TARGET_RATIO = 50.0
@@ -88,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             section,
             watch_section,
             alert_section,
+            histogram_cost.markdown_section(args.quick),
             "## Targets",
             "",
             ("All targets met." if not missed else "\n".join(f"- MISSED: {m}" for m in missed)),

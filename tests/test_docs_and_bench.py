@@ -7,10 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import REPO, subprocess_env
 
-from mindformers_tbplugin.callbacks import TensorBoardMonitor
+from mindformers_tbplugin.callbacks import HistogramMonitor, TensorBoardMonitor
 from mindformers_tbplugin.schema import params_of
 
 
@@ -21,10 +22,17 @@ def _yaml_value(text: str) -> object:
         return text
 
 
-def test_readme_documents_every_option_with_its_default() -> None:
-    readme = (REPO / "README.md").read_text()
-    rows = dict(re.findall(r"^\| `(\w+)` \| `([^`]*)` \|", readme, flags=re.M))
-    params = params_of(TensorBoardMonitor)
+def _option_rows(readme: str, callback: type) -> dict[str, str]:
+    """``{option: default}`` from the table that follows "Every parameter of `<callback>`"."""
+    start = readme.index(f"Every parameter of `{callback.__name__}`")
+    table = re.search(r"(?:^\|.*\n)+", readme[start:], flags=re.M).group(0)
+    return dict(re.findall(r"^\| `(\w+)` \| `([^`]*)` \|", table, flags=re.M))
+
+
+@pytest.mark.parametrize("callback", [TensorBoardMonitor, HistogramMonitor])
+def test_readme_documents_every_option_with_its_default(callback: type) -> None:
+    rows = _option_rows((REPO / "README.md").read_text(), callback)
+    params = params_of(callback)
     assert set(rows) == {p.name for p in params}
     for param in params:
         assert _yaml_value(rows[param.name]) == param.default, param.name
@@ -50,3 +58,5 @@ def test_benchmark_harness_writes_a_table(tmp_path: Path) -> None:
     assert "| mftb RunWriter.add_scalars (10 scalars) |" in text
     assert "| tensorboardX add_scalar x10 |" in text
     assert re.search(r"Ratio tensorboardX / mftb: \*\*[0-9.]+x\*\*", text)
+    assert re.search(r"\| tiny LLaMA, sampled to 65,536 \| 21 \| 133,440 \| [0-9.]+ \| [0-9.]+ \|", text)
+    assert re.search(r"\| synthetic LLaMA 4 layers \(float16\), sampled to 65,536 \| 38 \| 336,609,280 \|", text)
