@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import MFTB, TrainingRun, read_scalars, subprocess_env, train, write_tiny_config
+from conftest import MFTB, REPO, TrainingRun, read_scalars, subprocess_env, train, write_tiny_config
 
 STEPS = 32
 STEP_LINE = re.compile(r"step:\[\s*(\d+)/\s*\d+\], loss:")
@@ -111,3 +111,27 @@ def test_bad_alert_monitor_config_fails_before_training(tmp_path: Path, tiny_dat
     assert "expected an http:// or https:// URL" in run.output
     assert "TOKEN" not in run.output
     assert "Traceback" not in run.output
+
+
+def _readme_default(value: object) -> str:
+    if isinstance(value, tuple):
+        return ", ".join(value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def test_readme_documents_alert_monitor_and_every_rule_parameter() -> None:
+    from mindformers_tbplugin.alerts import RULES
+    from mindformers_tbplugin.callbacks import AlertMonitor
+    from mindformers_tbplugin.schema import params_of
+
+    readme = (REPO / "README.md").read_text()
+    start = readme.index("Every parameter of `AlertMonitor`")
+    table = re.search(r"(?:^\|.*\n)+", readme[start:], flags=re.M).group(0)
+    rows = dict(re.findall(r"^\| `(\w+)` \| `([^`]*)` \|", table, flags=re.M))
+    assert rows == {param.name: "null" for param in params_of(AlertMonitor)}
+    assert all(param.doc for param in params_of(AlertMonitor))
+    for name, rule in RULES.items():
+        (row,) = re.findall(rf"^\| `{name}` \|.*$", readme, flags=re.M)
+        for option, spec in rule.options.items():
+            expected = f"{option} (required)" if spec.default is None else f"{option} ({_readme_default(spec.default)}"
+            assert expected in row or spec.optional, (name, expected)

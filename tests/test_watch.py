@@ -60,7 +60,8 @@ def test_once_over_tensorboardx_runs(tmp_path: Path) -> None:
 def test_once_reports_a_run_that_stopped_advancing(tmp_path: Path) -> None:
     write_tbx_run(tmp_path / "live", 100)  # last point about now
     write_tbx_run(tmp_path / "stuck", 100, start_wall=time.time() - 3600)  # last point an hour ago, 1 s per step
-    result = watch(str(tmp_path), "--once")
+    assert watch(str(tmp_path), "--once").returncode == 0  # stall is not a default rule
+    result = watch(str(tmp_path), "--once", "--rule", "stall", "--rule", "nonfinite")
     assert result.returncode == 1, result.stdout + result.stderr
     (line,) = result.stdout.splitlines()
     assert line.startswith("ALERT [critical] stall run=stuck tag=* step=100: no new step for 35")

@@ -59,8 +59,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
 
     rule_specs, sink_specs = _load_config(Path(args.config)) if args.config else ([], [])
     rule_specs += _rules_from_flags(args.rule)
-    if not rule_specs:
-        rule_specs = [*alerts.DEFAULT_RULES, {"rule": "stall"}]
+    if not rule_specs:  # stall is opt-in: a run that ended normally looks just like a stalled one
+        rule_specs = list(alerts.DEFAULT_RULES)
     sink_specs += [{"jsonl": path} for path in args.jsonl] + [{"webhook": url} for url in args.webhook]
     if "tensorboard" in sink_specs:
         print(
