@@ -119,6 +119,12 @@ def test_config_file_errors_name_file_and_line(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr and "SECRET" not in result.stderr
     bad_flag = watch(str(tmp_path), "--once", "--rule", "spike,k")
     assert bad_flag.returncode == 2 and "--rule 'spike,k': expected NAME,param=value" in bad_flag.stderr
+    bad_rules = watch(str(tmp_path), "--once", "--rule", "spkie", "--rule", "spike,k=x", "--webhook", "ftp://h/SECRET")
+    assert bad_rules.returncode == 2
+    assert "--rule[0].rule: unknown rule 'spkie'; did you mean 'spike'?" in bad_rules.stderr
+    assert "--rule[1].k: expected number, got 'x' (string)" in bad_rules.stderr
+    bad_sink = watch(str(tmp_path), "--once", "--webhook", "ftp://h/SECRET")
+    assert bad_sink.returncode == 2 and "expected an http:// or https:// URL, got 'ftp://h/***'" in bad_sink.stderr
     assert watch(str(tmp_path / "missing"), "--once").returncode == 2
 
 

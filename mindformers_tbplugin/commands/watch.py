@@ -44,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     from mindformers_tbplugin import alert_sinks, alerts
     from mindformers_tbplugin.errors import UsageError
+    from mindformers_tbplugin.schema import ConfigError
     from mindformers_tbplugin.watcher import Watcher
 
     if args.list_rules:
@@ -58,7 +59,11 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         raise UsageError(f"--interval must be a positive number of seconds, got {args.interval}")
 
     rule_specs, sink_specs = _load_config(Path(args.config)) if args.config else ([], [])
-    rule_specs += _rules_from_flags(args.rule)
+    flag_rules = _rules_from_flags(args.rule)
+    _, problems = alerts.build_rules(flag_rules, "--rule", watcher=True)
+    if problems:
+        raise ConfigError("invalid --rule:\n" + "\n".join(f"  - {p.render()}" for p in problems), problems)
+    rule_specs += flag_rules
     if not rule_specs:  # stall is opt-in: a run that ended normally looks just like a stalled one
         rule_specs = list(alerts.DEFAULT_RULES)
     sink_specs += [{"jsonl": path} for path in args.jsonl] + [{"webhook": url} for url in args.webhook]
@@ -66,7 +71,9 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         print(
             "mftb watch: the tensorboard sink works only inside training; alerts are printed instead", file=sys.stderr
         )
-    sinks = alert_sinks.parse_sinks([s for s in sink_specs if s not in WATCH_ONLY_SINKS], owner="mftb watch")
+    sinks, problems = alert_sinks.build_sinks([s for s in sink_specs if s not in WATCH_ONLY_SINKS], "--webhook/--jsonl")
+    if problems:
+        raise ConfigError("invalid sink:\n" + "\n".join(f"  - {p.message}" for p in problems), problems)
     dispatcher = alert_sinks.Dispatcher(sinks)
 
     def report(alert: alerts.Alert) -> None:
