@@ -14,7 +14,7 @@ import math
 from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, ClassVar
 
 from mindformers_tbplugin import metrics
@@ -219,7 +219,7 @@ class Rule(abc.ABC):
         return Alert(self.name, tag, step, value, baseline, message, self.severity, self.action)
 
 
-def _g(value: float | None) -> str:
+def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.6g}"
 
 
@@ -270,8 +270,8 @@ class SpikeRule(Rule):
             bound = median + self.k * scale
             if value > bound:
                 message = (
-                    f"{tag} spiked to {_g(value)} at step {step} (rolling median {_g(median)}, "
-                    f"bound median + {self.k:g} MAD = {_g(bound)})"
+                    f"{tag} spiked to {_num(value)} at step {step} (rolling median {_num(median)}, "
+                    f"bound median + {self.k:g} MAD = {_num(bound)})"
                 )
                 alert = self._fire(tag, step, value, median, message)
         window.add(value)
@@ -307,7 +307,7 @@ class PlateauRule(Rule):
         self._best[tag] = (best[0], step)  # count the next patience from here
         message = (
             f"{tag} has not improved by more than {self.min_delta:g} for {step - best[1]} steps "
-            f"(best {_g(best[0])} at step {best[1]}, now {_g(value)})"
+            f"(best {_num(best[0])} at step {best[1]}, now {_num(value)})"
         )
         return self._fire(tag, step, value, best[0], message)
 
@@ -349,7 +349,7 @@ class ThresholdRule(Rule):
         self._run[tag] += 1
         if self._run[tag] < self.for_steps:
             return None
-        return self._fire(tag, step, value, bound, f"{tag} = {_g(value)} at step {step}, {side} {_g(bound)}")
+        return self._fire(tag, step, value, bound, f"{tag} = {_num(value)} at step {step}, {side} {_num(bound)}")
 
 
 class ThroughputDropRule(Rule):
@@ -382,8 +382,8 @@ class ThroughputDropRule(Rule):
                 self._low[tag] += 1
                 if self._low[tag] >= self.for_steps:
                     message = (
-                        f"{tag} = {_g(value)} at step {step}: below {self.keep:.0%} of its rolling median "
-                        f"{_g(median)} for {self._low[tag]} points"
+                        f"{tag} = {_num(value)} at step {step}: below {self.keep:.0%} of its rolling median "
+                        f"{_num(median)} for {self._low[tag]} points"
                     )
                     alert = self._fire(tag, step, value, median, message)
             else:
@@ -419,7 +419,7 @@ class LossScaleCollapseRule(Rule):
     def update(self, tag: str, step: int, value: float) -> Alert | None:
         if tag == self.scale_tag:
             if value < self.min_scale:
-                message = f"loss scale {tag} fell to {_g(value)} at step {step} (below {_g(self.min_scale)})"
+                message = f"loss scale {tag} fell to {_num(value)} at step {step} (below {_num(self.min_scale)})"
                 return self._fire(tag, step, value, self.min_scale, message)
             return None
         overflowed = not value < 0.5  # NaN counts as an overflow
@@ -641,4 +641,4 @@ class AlertEngine:
     def _label(self, alert: Alert) -> Alert:
         if not self.run:
             return alert
-        return Alert(**{**alert.__dict__, "run": self.run})
+        return replace(alert, run=self.run)
