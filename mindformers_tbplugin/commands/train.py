@@ -8,7 +8,8 @@ NAME = "train"
 HELP = "train with a MindFormers YAML config (run_mindformer.py's training entry)"
 DESCRIPTION = (
     "Train with a MindFormers YAML config, as run_mindformer.py does. Unknown '--key.sub value' pairs "
-    "override config keys. Usable as the script msrun starts on every rank."
+    "override config keys. Usable as the script msrun starts on every rank. The callbacks: block is checked "
+    "first, as mftb validate does: a problem stops it before anything is built (exit status 2)."
 )
 ACCEPTS_EXTRA = True
 

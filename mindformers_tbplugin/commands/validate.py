@@ -9,11 +9,12 @@ import tempfile
 NAME = "validate"
 HELP = "check the callbacks: block of MindFormers YAML configs (exit 0 valid, 1 problems, 2 unreadable)"
 DESCRIPTION = (
-    "Check the callbacks: and eval_callbacks: lists of each CONFIG: our entries against their schema (unknown "
-    "keys, types, ranges, choices, cross-field rules, two monitors writing one run folder), other entries "
-    "against MindFormers' callback registry. Every problem is listed with its YAML path and line; warnings flag "
-    "legal but likely wrong settings. Exit status: 0 all valid, 1 problems found, 2 a file could not be read "
-    "or parsed (missing, empty, not text, YAML syntax error, callbacks not a list, an entry without type)."
+    "Check the callbacks: and eval_callbacks: lists of each CONFIG: this package's callbacks against their "
+    "schema (unknown keys, types, ranges, choices, cross-field rules, two monitors writing one run folder), "
+    "other entries against MindFormers' callback registry. Every problem is listed with its YAML path and line; "
+    "warnings flag legal but likely wrong settings. Exit status: 0 all valid, 1 problems found, 2 a file could "
+    "not be read or parsed (missing, empty, not text, YAML syntax error, callbacks not a list, an entry without "
+    "type)."
 )
 
 
