@@ -180,3 +180,25 @@ def test_launcher_log_dir_override_is_what_gets_checked(tmp_path: Path, monkeypa
     assert error.render().startswith(
         f"callbacks[1] (line 4): TensorBoardMonitor writes the same run folder as callbacks[0] ({tmp_path}/shared/"
     )
+
+
+class NeedsTarget(TensorBoardMonitor):
+    """A callback with a required parameter.
+
+    Args:
+        target: Tag to follow.
+    """
+
+    def __init__(self, target: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.target = target
+
+
+def test_a_required_parameter_is_required_everywhere(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("callbacks:\n  - type: MFLossMonitor\n  - type: NeedsTarget\n")
+    report = check_file(config, {"NeedsTarget": NeedsTarget})
+    assert [f.render() for f in report.errors] == [
+        "callbacks[1] (line 3): missing required key 'target' (string) for NeedsTarget"
+    ]
+    assert entry_schema(NeedsTarget)["required"] == ["type", "target"]
