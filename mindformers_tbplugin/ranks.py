@@ -20,7 +20,7 @@ import numpy as np
 
 from mindformers_tbplugin import metrics
 
-MAX_DATA_TAGS = 16  # data metrics aggregated per logged step; more are written as local values
+MAX_DATA_TAGS = 32  # data metrics averaged per step; beyond that, the writing rank's own values are written
 _FINGERPRINT_BITS = 32
 
 
@@ -123,7 +123,8 @@ class Collectives:
 @dataclass
 class DataReduction:
     steps: list[tuple[int, dict[str, float]]]  # (step, {tag: mean over holders})
-    mismatch: bool  # ranks logged different data tags: nothing was averaged
+    mismatch: bool  # ranks logged different data tags: ``steps`` holds this rank's own values
+    local_only: list[tuple[int, dict[str, float]]]  # tags beyond MAX_DATA_TAGS, this rank's values
 
 
 class DataAggregator:
@@ -137,7 +138,7 @@ class DataAggregator:
     def __init__(self, steps_per_interval: int) -> None:
         self.capacity_steps = max(steps_per_interval, 1)
         self.pending: list[tuple[int, dict[str, float]]] = []
-        self.overflow_tags: set[str] = set()
+        self.overflow_tags: list[str] = []
 
     @property
     def size(self) -> int:
@@ -151,7 +152,7 @@ class DataAggregator:
 
     def _tags(self) -> list[str]:
         tags = sorted({tag for _, values in self.pending for tag in values})
-        self.overflow_tags.update(tags[MAX_DATA_TAGS:])
+        self.overflow_tags = tags[MAX_DATA_TAGS:]
         return tags[:MAX_DATA_TAGS]
 
     def pack(self, holds_data: bool) -> tuple[np.ndarray, list[str]]:
@@ -175,12 +176,14 @@ class DataAggregator:
     def unpack(self, reduced: np.ndarray, tags: list[str]) -> DataReduction:
         """Means per step from the summed vector; clears the interval."""
         pending, self.pending = self.pending[: self.capacity_steps], []
+        local_only = [(step, {t: values[t] for t in self.overflow_tags if t in values}) for step, values in pending]
+        local_only = [(step, values) for step, values in local_only if values]
         holders = reduced[0]
         bits = reduced[1 : 1 + _FINGERPRINT_BITS]
         if holders < 1:
-            return DataReduction([], mismatch=False)
+            return DataReduction([], mismatch=False, local_only=local_only)
         if np.any((bits != 0) & (bits != holders)):
-            return DataReduction(pending, mismatch=True)
+            return DataReduction(pending, mismatch=True, local_only=[])
         block = self.capacity_steps * MAX_DATA_TAGS
         sums = reduced[1 + _FINGERPRINT_BITS : 1 + _FINGERPRINT_BITS + block].reshape(self.capacity_steps, -1)
         counts = reduced[1 + _FINGERPRINT_BITS + block :].reshape(self.capacity_steps, -1)
@@ -192,7 +195,7 @@ class DataAggregator:
                 if counts[row, column] > 0
             }
             steps.append((step, means))
-        return DataReduction(steps, mismatch=False)
+        return DataReduction(steps, mismatch=False, local_only=local_only)
 
 
 # ---------------------------------------------------------------------------------------------

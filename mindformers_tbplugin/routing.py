@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from mindformers_tbplugin import bus, metrics
 from mindformers_tbplugin.log import logger
 from mindformers_tbplugin.metrics import MetricKind, StepMetrics
-from mindformers_tbplugin.ranks import Collectives, DataAggregator, SystemSummary, Topology
+from mindformers_tbplugin.ranks import MAX_DATA_TAGS, Collectives, DataAggregator, SystemSummary, Topology
 from mindformers_tbplugin.writer import RunWriter
 
 LOCAL_PREFIX = "local/"
@@ -51,7 +51,8 @@ class MetricRouter:
         self._data = DataAggregator(options.aggregate_every) if self.collectives else None
         self._system = SystemSummary() if self.collectives else None
         self._last_aggregated_step: int | None = None
-        self._mismatch_warned = False
+        self._warned: set[str] = set()
+        self.aggregations = 0
 
     @property
     def aggregating(self) -> bool:
@@ -106,39 +107,52 @@ class MetricRouter:
     def aggregate(self, step: int) -> None:
         """The interval's two collectives; every rank must call this at the same steps."""
         self._last_aggregated_step = step
+        self.aggregations += 1
         vector, tags = self._data.pack(self.topology.holds_data_metrics)
         reduction = self._data.unpack(self.collectives.all_reduce_sum(vector), tags)
         gathered = self.collectives.all_gather(self._system.pack())
         if self.main is None:
             return
         if reduction.mismatch:
-            self._warn_mismatch()
+            self._warn_once(
+                "mismatch",
+                "ranks logged different data metrics in one interval, so they cannot be averaged; writing "
+                f"rank {self.topology.rank}'s own values under {LOCAL_PREFIX} tags instead",
+            )
         for data_step, values in reduction.steps:
             if reduction.mismatch:  # these are this rank's own values
                 values = {LOCAL_PREFIX + tag: value for tag, value in values.items()}
             self._write_main(data_step, values)
+        if reduction.local_only:
+            self._warn_once(
+                "overflow",
+                f"more than {MAX_DATA_TAGS} data metrics: {', '.join(self._data.overflow_tags)} are not "
+                f"averaged over ranks; rank {self.topology.rank}'s own values are written under {LOCAL_PREFIX}",
+            )
+        for data_step, values in reduction.local_only:
+            self._write_main(data_step, {LOCAL_PREFIX + tag: value for tag, value in values.items()})
         summary = SystemSummary.summarize(gathered, self.options.topk_ranks)
         if summary:
             self._write_main(step, summary)
 
-    def _warn_mismatch(self) -> None:
-        if not self._mismatch_warned:
-            self._mismatch_warned = True
-            logger.warning(
-                "ranks logged different data metrics in one interval, so they cannot be averaged; "
-                "writing rank %d's own values under %s tags instead",
-                self.topology.rank,
-                LOCAL_PREFIX,
-            )
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning(message)
 
     def finish(self, clean: bool) -> None:
         """End of training. After a clean end every rank aggregates what is left; after a failure
         no collective is attempted (other ranks may be gone) and this rank's values are written."""
-        if self._data is None or not self._data.pending:
+        if self._data is None:
             return
-        if clean:
+        if self._data.pending and clean:
             self.aggregate(self._data.pending[-1][0])
-        elif self.main is not None:
+        elif self._data.pending and self.main is not None:
             for step, values in self._data.pending:
                 self.main.add_scalars(step, {LOCAL_PREFIX + tag: v for tag, v in values.items()})
             self._data.pending = []
+        logger.info(
+            "TensorBoardMonitor: %d aggregation interval(s), %d collective(s) in all",
+            self.aggregations,
+            self.collectives.calls,
+        )

@@ -1,0 +1,239 @@
+"""Real msrun jobs on CPU with real mccl collectives, launched through scripts/msrun_launch.sh."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import HELPERS, REPO, TINY_CONFIG, mf_losses, read_scalars, run_dirs, subprocess_env
+
+LAUNCH = REPO / "scripts" / "msrun_launch.sh"
+DP2_CONFIG = REPO / "configs" / "tiny" / "llama_tiny_cpu_dp2.yaml"
+COLLECTIVES_LINE = re.compile(r"TensorBoardMonitor: (\d+) aggregation interval\(s\), (\d+) collective\(s\) in all")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _config(folder: Path, data: Path, num_samples: int, aggregate_every: int, data_parallel: int, extra_metric: str):
+    config = yaml.safe_load(DP2_CONFIG.read_text())
+    config["train_dataset"]["data_loader"]["dataset_dir"] = str(data)
+    config["train_dataset"]["data_loader"]["num_samples"] = num_samples
+    config["train_dataset_task"]["dataset_config"] = config["train_dataset"]
+    config["parallel_config"]["data_parallel"] = data_parallel
+    config["callbacks"] = [
+        {"type": "MFLossMonitor"},
+        {"type": "SlowRank", "auto_register": "rank_hooks.SlowRank"},
+        {"type": "FailRank", "auto_register": "rank_hooks.FailRank"},
+        {
+            "type": "TensorBoardMonitor",
+            "experiment": "dp",
+            "aggregate_every": aggregate_every,
+            "extra_metrics": [f"rank_hooks:{extra_metric}"],
+        },
+    ]
+    path = folder / "job.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def _launch(config: Path, output: Path, *args: str, netns: str | None = None, **env: str) -> subprocess.Popen[str]:
+    environment = subprocess_env(REGISTER_PATH=str(HELPERS), PYTHONPATH=str(HELPERS), **env)
+    prefix = ["ip", "netns", "exec", netns] if netns else []
+    return subprocess.Popen(
+        [*prefix, "bash", str(LAUNCH), "--config", str(config), "--output_dir", str(output), *args],
+        cwd=output.parent,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@dataclass
+class Job:
+    output: Path
+    stdout: str
+    stderr: str
+    returncode: int
+
+    @property
+    def run_dir(self) -> Path:
+        (only,) = run_dirs(self.output / "tensorboard")
+        return only
+
+    def worker_log(self, node: int, rank: int) -> str:
+        return (self.output / "msrun_log" / str(node) / f"worker_{rank}.log").read_text(errors="replace")
+
+
+def _finish(process: subprocess.Popen[str], output: Path, timeout: int = 900) -> Job:
+    stdout, stderr = process.communicate(timeout=timeout)
+    return Job(output, stdout, stderr, process.returncode)
+
+
+@pytest.fixture(scope="module")
+def dp2_job(tmp_path_factory: pytest.TempPathFactory, tiny_data: Path) -> Job:
+    """2 ranks, 12 steps each (24 samples per shard), aggregate_every 4, one custom data metric; rank 1 is made slow."""
+    folder = tmp_path_factory.mktemp("dp2")
+    config = _config(
+        folder, tiny_data, num_samples=24, aggregate_every=4, data_parallel=2, extra_metric="one_data_metric"
+    )
+    process = _launch(
+        config, folder / "out", "--worker_num", "2", "--master_port", str(_free_port()), MFTB_TEST_SLOW_RANK="1"
+    )
+    job = _finish(process, folder / "out")
+    assert job.returncode == 0, job.stderr[-3000:] + job.worker_log(0, 0)[-3000:]
+    return job
+
+
+@pytest.fixture(scope="module")
+def second_host() -> Iterator[tuple[str, str, str]]:
+    """A second host on this machine: a network namespace joined to this one by a veth pair.
+
+    msrun starts a scheduler on every node whose own address is --master_addr, so two nodes that
+    both use 127.0.0.1 would both start one; the namespace gives node 1 an address of its own.
+    Yields (namespace, master address, node 1 address)."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("creating a network namespace needs root and iproute2 (CI runs as root)")
+    suffix = os.getpid() % 200 + 20
+    namespace, host_if, peer_if = f"mftb-node1-{os.getpid()}", f"mftbh{suffix}", f"mftbp{suffix}"
+    master, peer = f"10.231.{suffix}.1", f"10.231.{suffix}.2"
+    commands = [
+        ["ip", "netns", "add", namespace],
+        ["ip", "link", "add", host_if, "type", "veth", "peer", "name", peer_if],
+        ["ip", "link", "set", peer_if, "netns", namespace],
+        ["ip", "addr", "add", f"{master}/24", "dev", host_if],
+        ["ip", "link", "set", host_if, "up"],
+        ["ip", "netns", "exec", namespace, "ip", "addr", "add", f"{peer}/24", "dev", peer_if],
+        ["ip", "netns", "exec", namespace, "ip", "link", "set", peer_if, "up"],
+        ["ip", "netns", "exec", namespace, "ip", "link", "set", "lo", "up"],
+    ]
+    try:
+        for command in commands:
+            subprocess.run(command, check=True, capture_output=True)
+        yield namespace, master, peer
+    finally:
+        subprocess.run(["ip", "link", "del", host_if], capture_output=True)
+        subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def two_node_job(tmp_path_factory: pytest.TempPathFactory, tiny_data: Path, second_host: tuple[str, str, str]) -> Job:
+    """Two nodes (this host and a network namespace) x 2 ranks, 20 custom data metrics."""
+    namespace, master, _ = second_host
+    folder = tmp_path_factory.mktemp("nodes")
+    config = _config(
+        folder, tiny_data, num_samples=8, aggregate_every=2, data_parallel=4, extra_metric="twenty_data_metrics"
+    )
+    common = ["--worker_num", "4", "--local_worker_num", "2", "--master_addr", master, "--master_port", "8390"]
+    nodes = [
+        _launch(config, folder / "out", *common, "--node_rank", "0"),
+        _launch(config, folder / "out", *common, "--node_rank", "1", netns=namespace),
+    ]
+    jobs = [_finish(process, folder / "out") for process in nodes]
+    for job in jobs:
+        assert job.returncode == 0, job.stderr[-3000:]
+    return jobs[0]
+
+
+def test_exactly_one_process_writes_the_main_run(dp2_job: Job) -> None:
+    files = [p for p in dp2_job.run_dir.iterdir() if p.is_file()]
+    assert len(files) == 1 and "tfevents" in files[0].name
+    assert sorted(p.name for p in dp2_job.run_dir.iterdir() if p.is_dir()) == ["rank_0", "rank_1"]
+    assert "rank 0 writes the main run" in dp2_job.worker_log(0, 0)
+
+
+def test_main_loss_is_the_mean_of_the_ranks_losses(dp2_job: Job) -> None:
+    printed = [mf_losses(dp2_job.worker_log(0, rank)) for rank in (0, 1)]
+    main = read_scalars(dp2_job.run_dir)
+    losses = dict(main["train/loss"])
+    assert sorted(losses) == list(range(1, 13))
+    for step, value in losses.items():
+        expected = (printed[0][step][0] + printed[1][step][0]) / 2
+        assert abs(value - expected) <= 1e-5, (step, value, expected)
+    assert printed[0][5][0] != printed[1][5][0]  # the ranks really saw different data
+    assert all(value == 0.5 for _, value in main["custom/d0"])  # mean of rank ids 0 and 1
+
+
+def test_rank_runs_hold_each_ranks_system_metrics(dp2_job: Job) -> None:
+    for rank in (0, 1):
+        scalars = read_scalars(dp2_job.run_dir / f"rank_{rank}")
+        assert set(scalars) == {"perf/step_time_ms", "perf/samples_per_s", "perf/tokens_per_s", "system/host_rss_gb"}
+        assert [s for s, _ in scalars["perf/step_time_ms"]] == list(range(1, 13))
+
+
+def test_cross_rank_max_step_time_names_the_slowed_rank(dp2_job: Job) -> None:
+    main = read_scalars(dp2_job.run_dir)
+    # Aggregations at steps 4, 8, 12; the first interval is dominated by graph compilation.
+    assert [s for s, _ in main["ranks/step_time_ms_argmax"]] == [4, 8, 12]
+    assert [v for s, v in main["ranks/step_time_ms_argmax"] if s > 4] == [1.0, 1.0]
+    slow = dict(main["ranks/step_time_ms_max"])
+    fast = dict(main["ranks/step_time_ms_min"])
+    # The fast rank waits for the slow one in the gradient all-reduce, so both step times grow; the
+    # slowed rank's is still the larger one, which is what names the straggler.
+    assert slow[8] > fast[8] and slow[12] > fast[12]
+    assert min(slow[8], slow[12]) > 150  # the 150 ms sleep is visible
+    assert "ranks/slowest_1_rank" not in main  # per-rank runs are on at this size
+
+
+def test_four_ranks_on_two_nodes_route_logs_per_node_and_rank(two_node_job: Job) -> None:
+    output = two_node_job.output
+    assert sorted(str(p.relative_to(output / "msrun_log")) for p in (output / "msrun_log").glob("*/worker_*.log")) == [
+        "0/worker_0.log",
+        "0/worker_1.log",
+        "1/worker_2.log",
+        "1/worker_3.log",
+    ]
+    run_dir = two_node_job.run_dir
+    assert sorted(p.name for p in run_dir.iterdir() if p.is_dir()) == ["rank_0", "rank_1", "rank_2", "rank_3"]
+    assert len([p for p in run_dir.iterdir() if p.is_file()]) == 1
+    printed = [mf_losses(two_node_job.worker_log(rank // 2, rank)) for rank in range(4)]
+    for step, value in read_scalars(run_dir)["train/loss"]:
+        expected = sum(p[step][0] for p in printed) / 4
+        assert abs(value - expected) <= 1e-5, (step, value, expected)
+
+
+def test_collectives_per_interval_do_not_grow_with_the_number_of_metrics(dp2_job: Job, two_node_job: Job) -> None:
+    counts = []
+    for job in (dp2_job, two_node_job):
+        intervals, collectives = map(int, COLLECTIVES_LINE.search(job.worker_log(0, 0)).groups())
+        counts.append((collectives - 1) / intervals)  # minus the one at start that names the run folder
+    assert counts == [2.0, 2.0]  # 1 data metric + loss, and 20 data metrics + loss
+    assert len(read_scalars(two_node_job.run_dir)) > len(read_scalars(dp2_job.run_dir)) + 15
+
+
+def test_a_bad_config_is_reported_before_any_rank_starts(tmp_path: Path) -> None:
+    config = yaml.safe_load(TINY_CONFIG.read_text())
+    config["callbacks"] = [{"type": "TensorBoardMonitor", "log_every": 0}]
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config))
+    process = _launch(path, tmp_path / "out", "--worker_num", "2")
+    job = _finish(process, tmp_path / "out", timeout=120)
+    assert job.returncode == 2
+    assert "callbacks[0].log_every" in job.stdout + job.stderr
+    assert "no rank was started" in job.stderr
+    assert not (tmp_path / "out" / "msrun_log").exists()
+
+
+def test_a_crashing_rank_fails_the_launch_and_is_named(tmp_path: Path, tiny_data: Path) -> None:
+    config = _config(
+        tmp_path, tiny_data, num_samples=24, aggregate_every=4, data_parallel=2, extra_metric="one_data_metric"
+    )
+    process = _launch(
+        config, tmp_path / "out", "--worker_num", "2", "--master_port", str(_free_port()), MFTB_TEST_FAIL_RANK="1"
+    )
+    job = _finish(process, tmp_path / "out")
+    assert job.returncode != 0
+    assert "msrun_launch: rank 1 failed" in job.stderr
+    assert "rank 1 failed on purpose" in job.stderr

@@ -1,0 +1,95 @@
+"""Aggregation arithmetic of ranks.py, without MindSpore: the collective's own effect (an
+element-wise sum, or stacking rows) is applied with numpy to several ranks' packed vectors. The
+real collectives are exercised by tests/test_multirank.py under msrun."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from mindformers_tbplugin.ranks import MAX_DATA_TAGS, DataAggregator, SystemSummary, Topology
+
+
+def _topology(rank: int, world: int, stages: int = 1) -> Topology:
+    return Topology(rank, world, stages, "data_parallel", False, world > 1)
+
+
+def _reduce(aggregators: list[DataAggregator], holds: list[bool]):
+    packed = [agg.pack(hold) for agg, hold in zip(aggregators, holds, strict=True)]
+    total = np.sum([vector for vector, _ in packed], axis=0, dtype=np.float32)
+    return aggregators[0].unpack(total, packed[0][1])
+
+
+def test_per_step_means_over_ranks_from_one_vector() -> None:
+    ranks = [DataAggregator(steps_per_interval=10) for _ in range(4)]
+    for rank, agg in enumerate(ranks):
+        for step in range(1, 11):
+            agg.add(step, {"train/loss": float(rank + step), "custom/x": 10.0 * rank})
+    reduction = _reduce(ranks, [True] * 4)
+    assert not reduction.mismatch
+    assert [step for step, _ in reduction.steps] == list(range(1, 11))
+    for step, means in reduction.steps:
+        assert math.isclose(means["train/loss"], step + 1.5, rel_tol=1e-6)
+        assert math.isclose(means["custom/x"], 15.0, rel_tol=1e-6)
+
+
+def test_vector_size_does_not_depend_on_the_number_of_metrics() -> None:
+    one, many = DataAggregator(10), DataAggregator(10)
+    one.add(1, {"train/loss": 1.0})
+    many.add(1, {f"m{i}": 1.0 for i in range(20)})
+    assert one.pack(True)[0].shape == many.pack(True)[0].shape
+
+
+def test_only_ranks_that_hold_data_metrics_count() -> None:
+    # 2 pipeline stages x 2: ranks 0 and 1 (first stage) output placeholders.
+    topologies = [_topology(rank, 4, stages=2) for rank in range(4)]
+    assert [t.holds_data_metrics for t in topologies] == [False, False, True, True]
+    assert topologies[0].writer_rank == 2
+    ranks = [DataAggregator(1) for _ in range(4)]
+    for rank, agg in enumerate(ranks):
+        agg.add(5, {"train/loss": 100.0 if rank < 2 else float(rank)})
+    reduction = _reduce(ranks, [t.holds_data_metrics for t in topologies])
+    assert reduction.steps == [(5, {"train/loss": 2.5})]
+
+
+def test_different_tag_sets_are_detected_not_averaged() -> None:
+    first, second = DataAggregator(2), DataAggregator(2)
+    first.add(1, {"train/loss": 1.0, "custom/only_here": 5.0})
+    second.add(1, {"train/loss": 3.0})
+    reduction = _reduce([first, second], [True, True])
+    assert reduction.mismatch
+    assert reduction.steps == [(1, {"train/loss": 1.0, "custom/only_here": 5.0})]  # rank 0's own values
+
+
+def test_tags_beyond_capacity_are_reported_as_local_values() -> None:
+    agg = DataAggregator(1)
+    agg.add(1, {f"m{i:02d}": float(i) for i in range(MAX_DATA_TAGS + 2)})
+    reduction = _reduce([agg], [True])
+    assert len(reduction.steps[0][1]) == MAX_DATA_TAGS
+    assert reduction.local_only == [(1, {f"m{MAX_DATA_TAGS:02d}": 32.0, f"m{MAX_DATA_TAGS + 1:02d}": 33.0})]
+
+
+def test_system_summary_names_the_straggler_and_the_slowest_ranks() -> None:
+    rows = []
+    for rank, step_time in enumerate([100.0, 105.0, 400.0, 98.0]):
+        summary = SystemSummary()
+        summary.add({"perf/step_time_ms": step_time, "system/host_rss_gb": 1.0 + rank})
+        summary.add({"perf/step_time_ms": step_time, "system/host_rss_gb": 1.0 + rank})
+        rows.append(summary.pack())
+    values = SystemSummary.summarize(np.stack(rows), topk=2)
+    assert values["ranks/step_time_ms_max"] == 400.0
+    assert values["ranks/step_time_ms_argmax"] == 2.0
+    assert values["ranks/step_time_ms_min"] == 98.0
+    assert math.isclose(values["ranks/step_time_ms_mean"], 175.75)
+    assert values["ranks/host_rss_gb_argmax"] == 3.0
+    assert (values["ranks/slowest_1_rank"], values["ranks/slowest_2_rank"]) == (2.0, 1.0)
+    assert "ranks/device_mem_peak_gb_max" not in values  # no rank reported it
+
+
+def test_writer_rank_rule() -> None:
+    assert _topology(0, 1).writer_rank == 0
+    assert _topology(3, 8).writer_rank == 0
+    assert _topology(0, 8, stages=4).writer_rank == 6
+    assert _topology(0, 8).data_parallel_factor == 8
+    assert _topology(0, 8, stages=2).data_parallel_factor == 4
