@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import mindspore  # noqa: F401  (before any tensorboard proto: its old-style *_pb2 modules fail after them)
 import numpy as np
 
 HIDDEN, FFN, VOCAB = 2048, 5632, 32_000
