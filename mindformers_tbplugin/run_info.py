@@ -163,7 +163,9 @@ def write_run_start(
 ) -> None:
     """Queue what describes the run. Call on the writing rank, at train begin."""
     running = mf_config.find_running_config()
-    network = cb_params.get("network") or cb_params.get("train_network")
+    network = cb_params.get("network")
+    if network is None:
+        network = cb_params.get("train_network")
     cells = model_graph.describe_cells(model_graph.unwrap_model(network)) if network is not None else []
     if options.graph and cells:
         writer.add_built(step, lambda s, wall: graph_event(s, wall, cells))
