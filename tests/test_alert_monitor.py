@@ -10,6 +10,12 @@ from pathlib import Path
 import pytest
 from conftest import MFTB, REPO, TrainingRun, read_scalars, subprocess_env, train, write_tiny_config
 
+# MindSpore must be imported before any protobuf user (tensorboard, tensorboardX protos): its import
+# switches protobuf to the pure-Python implementation, which fails once protobuf is loaded.
+from mindformers_tbplugin.alerts import RULES
+from mindformers_tbplugin.callbacks import AlertMonitor
+from mindformers_tbplugin.schema import params_of
+
 STEPS = 32
 STEP_LINE = re.compile(r"step:\[\s*(\d+)/\s*\d+\], loss:")
 DIVERGING_LR = 1.0e38  # the first update makes the weights overflow: the loss is NaN from step 2
@@ -120,10 +126,6 @@ def _readme_default(value: object) -> str:
 
 
 def test_readme_documents_alert_monitor_and_every_rule_parameter() -> None:
-    from mindformers_tbplugin.alerts import RULES
-    from mindformers_tbplugin.callbacks import AlertMonitor
-    from mindformers_tbplugin.schema import params_of
-
     readme = (REPO / "README.md").read_text()
     start = readme.index("Every parameter of `AlertMonitor`")
     table = re.search(r"(?:^\|.*\n)+", readme[start:], flags=re.M).group(0)

@@ -39,6 +39,25 @@ class _Recorder(BaseHTTPRequestHandler):
         del args
 
 
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture
+def plugin_log():
+    """Messages of the plugin's logger, wherever it is routed (MindFormers' logger or not)."""
+    handler = _Collect()
+    logger = logging.getLogger("mindformers_tbplugin")
+    logger.addHandler(handler)
+    yield handler.messages
+    logger.removeHandler(handler)
+
+
 @pytest.fixture
 def http_server():
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
@@ -61,19 +80,17 @@ def test_webhook_posts_json_without_blocking_the_caller(http_server) -> None:
     assert http_server.received == [("/hook?token=SECRET123", "application/json", ALERT.as_dict())]
 
 
-def test_unreachable_webhook_is_logged_once_with_the_secret_masked(caplog: pytest.LogCaptureFixture) -> None:
+def test_unreachable_webhook_is_logged_once_with_the_secret_masked(plugin_log: list[str]) -> None:
     probe = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
     port = probe.server_address[1]
     probe.server_close()  # nothing listens on this port any more
     sink = WebhookSink(f"http://user:pw@127.0.0.1:{port}/services/T0/B0/SECRET123", timeout=2)
-    with caplog.at_level(logging.WARNING, logger="mindformers_tbplugin"):
-        for _ in range(3):
-            sink.emit(ALERT)
-        sink.close(timeout=10)
-    warnings = [r.getMessage() for r in caplog.records if "webhook" in r.getMessage()]
-    assert len(warnings) == 1, warnings
-    assert f"http://***@127.0.0.1:{port}/***" in warnings[0]
-    assert "SECRET123" not in caplog.text and "user:pw" not in caplog.text
+    for _ in range(3):
+        sink.emit(ALERT)
+    sink.close(timeout=10)
+    assert len(plugin_log) == 1, plugin_log
+    assert f"alert webhook http://***@127.0.0.1:{port}/*** unreachable" in plugin_log[0]
+    assert "SECRET123" not in plugin_log[0] and "user:pw" not in plugin_log[0]
 
 
 def test_command_runs_the_argv_only_never_a_shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,15 +112,13 @@ def test_command_runs_the_argv_only_never_a_shell(tmp_path: Path, monkeypatch: p
     assert victim.is_dir()
 
 
-def test_missing_command_is_reported_once_by_program_name(caplog: pytest.LogCaptureFixture) -> None:
+def test_missing_command_is_reported_once_by_program_name(plugin_log: list[str]) -> None:
     sink = CommandSink(["/nonexistent/page-oncall", "--token=SECRET123"])
-    with caplog.at_level(logging.WARNING, logger="mindformers_tbplugin"):
-        sink.emit(ALERT)
-        sink.emit(ALERT)
-        sink.close(timeout=10)
-    messages = [r.getMessage() for r in caplog.records]
-    assert len(messages) == 1 and "/nonexistent/page-oncall" in messages[0]
-    assert "SECRET123" not in caplog.text
+    sink.emit(ALERT)
+    sink.emit(ALERT)
+    sink.close(timeout=10)
+    assert len(plugin_log) == 1 and "/nonexistent/page-oncall" in plugin_log[0], plugin_log
+    assert "SECRET123" not in plugin_log[0]
 
 
 def test_jsonl_appends_one_object_per_alert(tmp_path: Path) -> None:
