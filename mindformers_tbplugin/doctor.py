@@ -35,7 +35,7 @@ class Verdict:
 class RunScan:
     path: Path
     files: list[eventscan.FileScan]
-    backsteps: list[eventscan.Backstep]
+    steps: eventscan.StepTracker
 
     @property
     def points(self) -> Counter[str]:
@@ -48,14 +48,9 @@ class RunScan:
 def scan_logdir(logdir: Path) -> list[RunScan]:
     runs = []
     for run_dir in eventscan.walk_runs(logdir):
-        backsteps: list[eventscan.Backstep] = []
-        files, last_step = [], None
-        for path in eventscan.event_files(run_dir):
-            scan = eventscan.scan_file(path, backsteps, last_step)
-            files.append(scan)
-            if scan.last_step is not None:
-                last_step = scan.last_step if last_step is None else max(last_step, scan.last_step)
-        runs.append(RunScan(run_dir, files, backsteps))
+        steps = eventscan.StepTracker()
+        files = [eventscan.scan_file(path, steps) for path in eventscan.event_files(run_dir)]
+        runs.append(RunScan(run_dir, files, steps))
     return runs
 
 
@@ -221,15 +216,15 @@ def check_single_writer(logdir: Path, runs: list[RunScan]) -> Verdict:
     """Two files of one run written at the same time over the same steps: two processes share the folder."""
     clashes = []
     for run in runs:
-        spans = [s for s in run.files if s.first_step is not None and s.first_wall is not None]
+        spans = [s for s in run.files if s.min_step is not None and s.first_wall is not None]
         for i, a in enumerate(spans):
             for b in spans[i + 1 :]:
                 same_time = _overlap((a.first_wall, a.last_wall), (b.first_wall, b.last_wall))
-                same_steps = _overlap((a.first_step, a.last_step), (b.first_step, b.last_step))
+                same_steps = _overlap((a.min_step, a.max_step), (b.min_step, b.max_step))
                 if same_time and same_steps:
                     clashes.append(
-                        f"{_rel(run.path, logdir)}: {a.path.name} ({a.writer}, steps {a.first_step}-{a.last_step}) "
-                        f"and {b.path.name} ({b.writer}, steps {b.first_step}-{b.last_step}) were written "
+                        f"{_rel(run.path, logdir)}: {a.path.name} ({a.writer}, steps {a.min_step}-{a.max_step}) "
+                        f"and {b.path.name} ({b.writer}, steps {b.min_step}-{b.max_step}) were written "
                         "at the same time"
                     )
     if clashes:
@@ -251,11 +246,11 @@ def check_single_writer(logdir: Path, runs: list[RunScan]) -> Verdict:
 def check_steps_forward(logdir: Path, runs: list[RunScan]) -> Verdict:
     problems = []
     for run in runs:
-        if run.backsteps:
-            first = run.backsteps[0]
+        if run.steps.jumps:
+            first, more = run.steps.jumps[0], run.steps.jump_count - 1
             problems.append(
-                f"{_rel(run.path, logdir)}: step {first.from_step} -> {first.to_step} in {first.path.name}"
-                + (f" (and {len(run.backsteps) - 1} more)" if len(run.backsteps) > 1 else "")
+                f"{_rel(run.path, logdir)}: {first.tag} step {first.from_step} -> {first.to_step} in {first.path.name}"
+                + (f" (and {more} more)" if more else "")
             )
     if problems:
         return Verdict(
@@ -266,7 +261,7 @@ def check_steps_forward(logdir: Path, runs: list[RunScan]) -> Verdict:
             "a restart must write SessionLog.START at the resume step (TensorBoardMonitor does; tensorboardX: "
             "SummaryWriter(purge_step=N)); otherwise write the restarted training into a new run folder",
         )
-    return Verdict("steps go forward", OK, "steps never go backwards without a restart marker")
+    return Verdict("steps go forward", OK, "no tag's steps go backwards without a restart marker")
 
 
 # -- paths ---------------------------------------------------------------------------------------

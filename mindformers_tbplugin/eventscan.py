@@ -24,16 +24,44 @@ _HEADER = 12  # uint64 length + masked CRC32C of the length
 _FOOTER = 4  # masked CRC32C of the payload
 # events.out.tfevents.<stamp>.<host>[.<pid>.<serial>][suffix]; torch/mftb add the pid, tensorboardX does not.
 _NAME = re.compile(r"\.tfevents\.(\d+)\.(.+?)(?:\.(\d+)\.(\d+))?(\.[^.\d][^.]*)?$")
+MAX_KEPT_JUMPS = 20
 _SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", "site-packages", ".cache"}
 
 
 @dataclass(frozen=True)
 class Backstep:
-    """A step lower than an earlier one, with no ``SessionLog.START`` purging the earlier points."""
+    """A tag's step lower than its previous one, with no ``SessionLog.START`` purging the earlier points."""
 
     path: Path
+    tag: str
     from_step: int
     to_step: int
+
+
+@dataclass
+class StepTracker:
+    """Each tag's last step across a run's files, as TensorBoard orders them.
+
+    Steps are compared per tag: tags may use different x axes (``train/loss_vs_samples`` counts samples).
+    A ``SessionLog.START`` at step p makes TensorBoard drop every tag's points at or after p.
+    """
+
+    last: dict[str, int] = field(default_factory=dict)
+    jumps: list[Backstep] = field(default_factory=list)  # the first MAX_KEPT_JUMPS, to show
+    jump_count: int = 0
+
+    def start(self, step: int) -> None:
+        for tag, last in self.last.items():
+            if last >= step:
+                self.last[tag] = step - 1
+
+    def see(self, path: Path, tag: str, step: int) -> None:
+        previous = self.last.get(tag)
+        if previous is not None and step < previous:
+            self.jump_count += 1
+            if len(self.jumps) < MAX_KEPT_JUMPS:
+                self.jumps.append(Backstep(path, tag, previous, step))
+        self.last[tag] = step
 
 
 @dataclass
@@ -44,8 +72,8 @@ class FileScan:
     records: int = 0
     valid_bytes: int = 0  # everything up to here is complete, checksummed records
     problem: str | None = None  # "torn" (ends mid-record) or "corrupt" (a checksum does not match)
-    first_step: int | None = None
-    last_step: int | None = None
+    min_step: int | None = None
+    max_step: int | None = None
     first_wall: float | None = None
     last_wall: float | None = None
     starts: list[int] = field(default_factory=list)  # steps of SessionLog.START events
@@ -87,11 +115,11 @@ def iter_records(handle) -> Iterator[tuple[int, bytes | None, str | None]]:
         offset += _HEADER + length + _FOOTER
 
 
-def scan_file(path: Path, backsteps: list[Backstep] | None = None, last_step: int | None = None) -> FileScan:
-    """Summarize one event file. Steps going below ``last_step`` (the run's so far) go to ``backsteps``."""
+def scan_file(path: Path, steps: StepTracker | None = None) -> FileScan:
+    """Summarize one event file; ``steps`` (shared by the run's files, in order) collects steps going back."""
     stat = path.stat()
     scan = FileScan(path, stat.st_size, stat.st_mtime)
-    high = last_step
+    steps = steps if steps is not None else StepTracker()
     with open(path, "rb") as handle:
         for offset, payload, problem in iter_records(handle):
             if problem is not None:
@@ -109,8 +137,7 @@ def scan_file(path: Path, backsteps: list[Backstep] | None = None, last_step: in
                 scan.last_wall = event.wall_time
             if event.HasField("session_log") and event.session_log.status == event_pb2.SessionLog.START:
                 scan.starts.append(event.step)
-                # TensorBoard drops the earlier points at or after this step: lower steps are fine again.
-                high = event.step - 1 if high is None else min(high, event.step - 1)
+                steps.start(event.step)
                 continue
             if not event.HasField("summary"):
                 continue
@@ -118,12 +145,9 @@ def scan_file(path: Path, backsteps: list[Backstep] | None = None, last_step: in
             for value in event.summary.value:
                 if value.HasField("simple_value") or value.metadata.plugin_data.plugin_name == "scalars":
                     scan.points[value.tag] += 1
-            if scan.first_step is None:
-                scan.first_step = step
-            scan.last_step = step
-            if high is not None and step < high and backsteps is not None:
-                backsteps.append(Backstep(path, high, step))
-            high = step if high is None else max(high, step)
+                steps.see(path, value.tag, step)
+            scan.min_step = step if scan.min_step is None else min(scan.min_step, step)
+            scan.max_step = step if scan.max_step is None else max(scan.max_step, step)
     return scan
 
 

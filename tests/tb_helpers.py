@@ -45,10 +45,10 @@ class MftbTensorBoard:
         (line,) = [line for line in self.lines if line.startswith("TensorBoard is ready:")]
         return int(line.split(":")[3].split("/")[0])
 
-    def stop(self) -> int:
-        """SIGTERM, as a scheduler or `kill` would send; returns the exit status."""
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        """SIGTERM (a scheduler, `kill`) or SIGINT (Ctrl-C); returns the exit status."""
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            self.process.send_signal(signum)
         try:
             code = self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from conftest import HELPERS, MFTB, read_scalars, subprocess_env
+from conftest import HELPERS, MFTB, TrainingRun, read_scalars, subprocess_env
 from tb_helpers import plain_tensorboard, wait_for
 from tensorboardX import SummaryWriter
 
@@ -70,6 +71,15 @@ def test_healthy_logdir_served_by_tensorboard_passes_every_check(tmp_path: Path)
     assert code == 0, output
     assert output.count("[ OK ]") == 7 and "7 of 7 checks passed." in output
     assert f"serves {logdir} with 2 runs" in output
+
+
+def test_a_real_training_run_passes_the_file_checks(tmp_path: Path, tiny_run: TrainingRun) -> None:
+    logdir = tmp_path / "tb"
+    shutil.copytree(tiny_run.log_root, logdir)  # a copy, so backdating leaves the shared run alone
+    finished_long_ago(logdir)
+    _, output = doctor(logdir, "--port", str(tbserver.free_port(17106)))
+    assert output.count("[ OK ]") == 6, output  # all but the server check: no TensorBoard runs here
+    assert f"[ OK ] event files: 1 runs, 1 event files under {logdir}" in output
 
 
 def test_server_check_names_what_is_served_instead(tmp_path: Path) -> None:
@@ -216,7 +226,7 @@ def test_restart_without_purge_is_caught_and_a_purged_restart_passes(tmp_path: P
     assert code == 1
     check = verdict(output, "steps go forward")
     assert check.startswith("[FAIL] steps go forward: 1 runs have steps going backwards")
-    assert re.search(r"tbx_no_purge: step 80 -> 51 in \S+\.restart", check)
+    assert re.search(r"tbx_no_purge: train/loss step 80 -> 51 in \S+\.restart$", check, flags=re.M)  # one jump
     assert "tbx_purged" not in check and "mftb_resumed" not in check
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 from pathlib import Path
@@ -41,6 +42,13 @@ def test_serves_the_logdir_on_loopback_only_with_every_point(logdir: Path) -> No
         assert server.stop() == 0
     assert "TensorBoard stopped." in server.output
     assert tbserver.port_is_free(port)
+
+
+def test_ctrl_c_stops_the_server_and_exits_cleanly(logdir: Path) -> None:
+    with mftb_tensorboard(logdir, "--port", str(tbserver.free_port(18406))) as server:
+        assert server.stop(signal.SIGINT) == 0
+    assert "TensorBoard stopped." in server.output and "Traceback" not in server.output
+    assert tbserver.port_is_free(server.port)
 
 
 def test_relative_logdir_is_made_absolute_and_a_taken_port_is_skipped(logdir: Path) -> None:
