@@ -22,8 +22,8 @@ demo: $(INSTALLED)
 	@run=$$(ls -td $(DEMO_LOGS)/llama_tiny_* | head -n 1); \
 	echo ""; \
 	echo "Run folder: $$run"; \
-	echo "View it:    $(CURDIR)/$(BIN)/tensorboard --logdir $(DEMO_LOGS) --host 127.0.0.1 --port 6006"; \
-	echo "            then open http://127.0.0.1:6006/"
+	echo "View it:    $(CURDIR)/$(BIN)/mftb tensorboard $(DEMO_LOGS)"; \
+	echo "            then open the URL it prints (http://127.0.0.1:6006/ when that port is free)"
 
 lint: $(INSTALLED)
 	$(BIN)/ruff check mindformers_tbplugin tests benchmarks
