@@ -73,8 +73,8 @@ def check_event_files(logdir: Path, given: str, runs: list[RunScan]) -> Verdict:
     summaries = _summary_files(logdir) if logdir.is_dir() else []
     if summaries:
         details.append(
-            f"{len(summaries)} MindSpore SummaryRecord files (SummaryRecord/SummaryCollector) are here, e.g. "
-            f"{summaries[0]}: TensorBoard cannot read them; add TensorBoardMonitor to the YAML callbacks instead"
+            f"files of MindSpore's SummaryRecord/SummaryCollector are here, e.g. {summaries[0]}: TensorBoard "
+            "cannot read them (MindInsight's format); add TensorBoardMonitor to the YAML callbacks instead"
         )
     found = find_runs_elsewhere(logdir, given)
     if found:
@@ -88,9 +88,9 @@ def check_event_files(logdir: Path, given: str, runs: list[RunScan]) -> Verdict:
 
 def _summary_files(logdir: Path) -> list[Path]:
     found = []
-    for folder, _, files in os.walk(logdir):
+    for visited, (folder, _, files) in enumerate(os.walk(logdir), start=1):
         found += [Path(folder) / name for name in files if MINDSPORE_SUMMARY_MARK in name]
-        if len(found) >= MAX_LISTED:
+        if len(found) >= MAX_LISTED or visited >= SEARCH_MAX_DIRS:
             break
     return found
 
@@ -187,7 +187,7 @@ def check_complete_files(logdir: Path, runs: list[RunScan]) -> Verdict:
         return Verdict(
             "files complete",
             FAIL,
-            f"{len(broken)} event files are damaged at the end",
+            f"{len(broken)} event files are damaged (torn or failing a checksum)",
             broken[:MAX_LISTED] + open_now[:MAX_LISTED],
             "TensorBoard shows the points before the damage. To keep them and silence the error, cut each file "
             "after its last complete record (truncate -s <byte> FILE, with the byte above); "
@@ -197,7 +197,7 @@ def check_complete_files(logdir: Path, runs: list[RunScan]) -> Verdict:
         return Verdict(
             "files complete",
             WARN,
-            f"{len(open_now)} event files are still open for writing",
+            f"{len(open_now)} event files are still being written",
             open_now[:MAX_LISTED],
             "normal while training runs; if training has ended, its writer was not closed: "
             "end the process with SIGTERM (not SIGKILL) so every queued point reaches the file",

@@ -142,7 +142,8 @@ def test_mindspore_summary_files_are_named_as_unreadable(tmp_path: Path) -> None
     _, output = doctor(logdir)
     check = verdict(output, "event files")
     assert "holds no *tfevents* files" in check
-    assert "MindSpore SummaryRecord files" in check and "TensorBoard cannot read them" in check
+    assert "files of MindSpore's SummaryRecord/SummaryCollector are here" in check
+    assert "TensorBoard cannot read them" in check
 
 
 def test_torn_and_corrupt_files_are_found_with_the_byte_to_cut_at(tmp_path: Path) -> None:
@@ -161,7 +162,7 @@ def test_torn_and_corrupt_files_are_found_with_the_byte_to_cut_at(tmp_path: Path
     code, output = doctor(logdir)
     assert code == 1
     check = verdict(output, "files complete")
-    assert check.startswith("[FAIL] files complete: 2 event files are damaged at the end")
+    assert check.startswith("[FAIL] files complete: 2 event files are damaged (torn or failing a checksum)")
     # 51 complete records: file version, START, steps 1..49 (the 50th is torn)
     assert re.search(r"torn/\S+: ends inside a record after 51 complete records \(byte \d+\)", check)
     assert re.search(r"corrupt/\S+: checksum mismatch at byte \d+", check)
@@ -191,7 +192,7 @@ def test_a_file_held_open_by_a_running_writer_is_reported_with_its_process(tmp_p
         child.wait()
     assert code == 1
     check = verdict(output, "files complete")
-    assert "[WARN] files complete: 1 event files are still open for writing" in check
+    assert "[WARN] files complete: 1 event files are still being written" in check
     assert f"open by pid {child.pid} (python" in check
 
 
