@@ -41,6 +41,8 @@ SYSTEM_DEVICE_MEM_PEAK_GB = "system/device_mem_peak_gb"
 EVAL_PREFIX = "eval/"
 EVAL_LOSS = "eval/loss"
 EVAL_PERPLEXITY = "eval/perplexity"
+META_RESTART = "meta/restart"  # scalar: the step resumed from; text: what was resumed
+META_STATUS = "meta/status"  # text: completed / failed / terminated at step N
 VS_SAMPLES_SUFFIX = "_vs_samples"
 VS_TOKENS_SUFFIX = "_vs_tokens"
 # Tags that get "vs samples"/"vs tokens" twins when those x-axes are enabled.

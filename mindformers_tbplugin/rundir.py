@@ -1,9 +1,11 @@
-"""Where runs live: absolute log roots, run folder names, writability checks."""
+"""Where runs live: absolute log roots, run folder names, resume lookup, retention, disk checks."""
 
 from __future__ import annotations
 
 import errno
 import os
+import re
+import shutil
 import string
 import tempfile
 from datetime import datetime
@@ -82,3 +84,55 @@ def unwritable_reason(root: Path) -> str | None:
             return f"no permission to create files ({exc.strerror})"
         return exc.strerror or str(exc)
     return None
+
+
+def run_name_regex(pattern: str, experiment: str) -> re.Pattern[str]:
+    """Folder names ``pattern`` produces for ``experiment`` (any time, rank, collision suffix)."""
+    parts = []
+    for literal, field, _, _ in string.Formatter().parse(pattern):
+        parts.append(re.escape(literal))
+        if field == "experiment":
+            parts.append(re.escape(experiment))
+        elif field == "timestamp":
+            parts.append(r"\d{8}-\d{6}")
+        elif field == "rank":
+            parts.append(r"\d+")
+    return re.compile("".join(parts) + r"(?:-\d+)?")
+
+
+def _last_activity(run_dir: Path) -> float:
+    """When the run was last written: the newest event file's mtime (the folder's if none)."""
+    times = [entry.stat().st_mtime for entry in run_dir.iterdir() if "tfevents" in entry.name and entry.is_file()]
+    return max(times, default=run_dir.stat().st_mtime)
+
+
+def experiment_runs(root: Path, pattern: str, experiment: str) -> list[Path]:
+    """Run folders of ``experiment`` under ``root``, oldest activity first."""
+    if not root.is_dir():
+        return []
+    regex = run_name_regex(pattern, experiment)
+    runs = [entry for entry in root.iterdir() if entry.is_dir() and regex.fullmatch(entry.name)]
+    return sorted(runs, key=lambda run: (_last_activity(run), run.name))
+
+
+def apply_retention(runs: list[Path], keep: int, archive_dir: Path | None, protect: Path) -> list[Path]:
+    """Remove (or move to ``archive_dir``) all but the newest ``keep`` of ``runs``; never ``protect``.
+    Returns the runs that were removed or moved."""
+    candidates = [run for run in runs if run != protect]
+    excess = candidates[: max(len(candidates) - max(keep - 1, 0), 0)]
+    for run in excess:
+        if archive_dir is None:
+            shutil.rmtree(run)
+        else:
+            archive_dir.mkdir(parents=True, exist_ok=True)
+            target = archive_dir / run.name
+            suffix = 0
+            while target.exists():
+                suffix += 1
+                target = archive_dir / f"{run.name}.{suffix}"
+            shutil.move(str(run), str(target))
+    return excess
+
+
+def free_gb(path: Path) -> float:
+    return shutil.disk_usage(path).free / float(1 << 30)

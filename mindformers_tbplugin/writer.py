@@ -297,6 +297,15 @@ class RunWriter:
             self._file.flush()
         except OSError as exc:
             self._on_disk_error(exc)
+            return
+        if not self._file.path.exists():
+            # The folder or file was deleted under us: writes would go to an unlinked inode.
+            self._warn_once(
+                "deleted",
+                f"TensorBoard event file {self._file.path} was deleted during training; recent points "
+                "are lost, later ones go to a new file in a re-created run folder.",
+            )
+            self._close_file()
 
     def _close_file(self) -> None:
         if self._file is None:
@@ -380,6 +389,11 @@ _sigterm_listeners: list[Callable[[], None]] = []
 def on_sigterm(listener: Callable[[], None]) -> None:
     """Run ``listener`` (before the writers close) when SIGTERM arrives."""
     _sigterm_listeners.append(listener)
+
+
+def remove_sigterm_listener(listener: Callable[[], None]) -> None:
+    if listener in _sigterm_listeners:
+        _sigterm_listeners.remove(listener)
 
 
 def _chain_sigterm() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 import warnings
 from collections.abc import Mapping
@@ -26,7 +28,7 @@ from mindformers_tbplugin.ranks import (
 from mindformers_tbplugin.routing import MetricRouter, RouterOptions
 from mindformers_tbplugin.schema import ConfigError, Problem, Range, check_arguments
 from mindformers_tbplugin.system_stats import DeviceMemory, HostMemory
-from mindformers_tbplugin.writer import RunWriter, get_writer
+from mindformers_tbplugin.writer import RunWriter, get_writer, on_sigterm, remove_sigterm_listener
 
 
 class TensorBoardMonitor(Callback):
@@ -75,6 +77,14 @@ class TensorBoardMonitor(Callback):
             and counts) for the Graphs dashboard and a parameter-count table (``run/parameters``).
         log_eval: Write MindFormers' evaluation results during training (``do_eval``) as ``eval/*``
             at the training step they belong to.
+        resume: When MindFormers resumes from a checkpoint (its optimizer step is restored), continue
+            the newest run of this experiment instead of starting a new one; points the interrupted
+            attempt wrote after the checkpoint are purged in TensorBoard.
+        resume_run: Name of a run folder under log_dir to continue, resuming or not.
+        keep_last_runs: Keep only this many runs of the experiment (the current one included): older
+            run folders are deleted, or moved to archive_dir, at train begin. 0 keeps all.
+        archive_dir: Where keep_last_runs moves old runs instead of deleting them.
+        min_free_gb: Warn at train begin when the log file system has less free space than this, in GiB.
     """
 
     def __init__(
@@ -99,6 +109,11 @@ class TensorBoardMonitor(Callback):
         log_config: bool = True,
         log_graph: bool = True,
         log_eval: bool = True,
+        resume: bool = True,
+        resume_run: str | None = None,
+        keep_last_runs: Annotated[int, Range(min=0)] = 0,
+        archive_dir: str | None = None,
+        min_free_gb: Annotated[float, Range(min=0)] = 1.0,
     ) -> None:
         super().__init__()
         arguments = dict(locals())
@@ -140,6 +155,12 @@ class TensorBoardMonitor(Callback):
         self.per_rank_system = per_rank_system
         self.per_rank_limit = per_rank_limit
         self.topk_ranks = topk_ranks
+        self.resume = resume
+        self.resume_run = resume_run
+        self.keep_last_runs = keep_last_runs
+        self.archive_dir = rundir.absolute_path(archive_dir) if archive_dir else None
+        self.min_free_gb = min_free_gb
+        self.resumed_from: int | None = None  # the restored step, when this run continues another
         self._run_info = run_info.RunInfoOptions(hparams=log_hparams, config=log_config, graph=log_graph)
         self._eval_recorder = EvalRecorder(self._log_eval) if log_eval else None
         self._host_memory = HostMemory() if log_memory else None
@@ -200,9 +221,13 @@ class TensorBoardMonitor(Callback):
     def on_train_end(self, run_context: Any) -> None:
         self._finish(clean=True)
 
+
     def __exit__(self, exc_type: Any, *exc_info: Any) -> None:
         # MindSpore enters callbacks as context managers: this runs when training raises, too.
-        self._finish(clean=exc_type is None)
+        if exc_type is None:
+            self._finish(clean=True)
+        else:
+            self._finish(clean=False, status=f"failed at step {self._step}: {exc_type.__name__}")
 
     # -- internals --------------------------------------------------------------------------------
     def _begin(self, run_context: Any) -> None:
@@ -218,6 +243,10 @@ class TensorBoardMonitor(Callback):
         self.run_dir = self._open_run_dir(topology, collectives)
         if topology.is_writer:
             self._writer = self._open_writer(self.run_dir)
+            self._guard("housekeeping", self._housekeeping)
+            if self.resumed_from is not None:
+                self._mark_restart(cb_params)
+            on_sigterm(self._on_sigterm)
         per_rank = self.per_rank_system is True or (
             self.per_rank_system == "auto" and topology.world_size <= self.per_rank_limit
         )
@@ -248,9 +277,15 @@ class TensorBoardMonitor(Callback):
             )
 
     def _open_run_dir(self, topology: Topology, collectives: Collectives | None) -> Path:
-        """The writing rank names and creates the run folder; the other ranks learn its name (one
-        collective) so that their ``rank_<id>`` runs land inside it."""
+        """The run folder: the one to continue when resuming, else a new one that the writing rank
+        names and creates; the other ranks learn its name (one collective, made in both cases so
+        that every rank makes the same collectives) so that their ``rank_<id>`` runs land inside it."""
+        continued = self._run_to_continue()
         stamp, suffix = int(time.time()), 0
+        if continued is not None:
+            agree_on_ints(collectives, topology, [stamp, suffix])
+            continued.mkdir(parents=True, exist_ok=True)
+            return continued
         if topology.is_writer:
             name = rundir.run_name(self.run_name_pattern, self.experiment, topology.rank, _local_time(stamp))
             run_dir = rundir.create_run_dir(self.log_root, name)
@@ -258,6 +293,50 @@ class TensorBoardMonitor(Callback):
         stamp, suffix = agree_on_ints(collectives, topology, [stamp, suffix])
         name = rundir.run_name(self.run_name_pattern, self.experiment, topology.writer_rank, _local_time(stamp))
         return self.log_root / (f"{name}-{suffix}" if suffix else name)
+
+    def _run_to_continue(self) -> Path | None:
+        """Every rank computes the same answer from the shared log folder (nothing is created yet)."""
+        if self.resume_run:
+            self.resumed_from = self._step if self._step > 0 else None
+            return self.log_root / self.resume_run
+        if not (self.resume and self._step > 0):
+            return None
+        runs = rundir.experiment_runs(self.log_root, self.run_name_pattern, self.experiment)
+        if not runs:
+            return None
+        self.resumed_from = self._step
+        return runs[-1]
+
+    def _mark_restart(self, cb_params: Any) -> None:
+        step = self._step + 1
+        self._writer.add_scalars(step, {metrics.META_RESTART: float(self.resumed_from)})
+        checkpoint = cb_params.get("latest_ckpt_file") or "the loaded checkpoint"
+        self._writer.add_text(
+            step,
+            metrics.META_RESTART,
+            f"Resumed at step {step} from {checkpoint} (step {self.resumed_from}); points an earlier attempt "
+            f"wrote after step {self.resumed_from} are purged. Process {os.getpid()} on {socket.gethostname()}.",
+        )
+        logger.info("TensorBoardMonitor: continuing %s after step %d", self.run_dir, self.resumed_from)
+
+    def _housekeeping(self) -> None:
+        if self.keep_last_runs:
+            runs = rundir.experiment_runs(self.log_root, self.run_name_pattern, self.experiment)
+            for old in rundir.apply_retention(runs, self.keep_last_runs, self.archive_dir, protect=self.run_dir):
+                where = f"moved to {self.archive_dir}" if self.archive_dir else "deleted"
+                logger.info("TensorBoardMonitor: keep_last_runs=%d: %s %s", self.keep_last_runs, old, where)
+        free = rundir.free_gb(self.log_root)
+        if free < self.min_free_gb:
+            logger.warning(
+                "TensorBoardMonitor: only %.2f GiB free on the file system of %s (min_free_gb %.2f)",
+                free,
+                self.log_root,
+                self.min_free_gb,
+            )
+
+    def _on_sigterm(self) -> None:
+        """Runs in the SIGTERM handler, before the writers close."""
+        self._finish(clean=False, status=f"terminated at step {self._step}")
 
     def _open_writer(self, run_dir: Path) -> RunWriter:
         writer = get_writer(run_dir, flush_secs=self.flush_secs, max_queue=self.max_queue)
@@ -323,7 +402,11 @@ class TensorBoardMonitor(Callback):
         """Evaluation results (``eval/*``) depend on the data: combined across ranks like the loss."""
         self.log_custom(values, self._step, MetricKind.DATA)
 
-    def _finish(self, clean: bool) -> None:
+    def _finish(self, clean: bool, status: str | None = None) -> None:
+        """Close the run once: aggregate what is left, write ``meta/status``, close the files."""
+        remove_sigterm_listener(self._on_sigterm)
+        if self._router is not None and self._writer is not None:
+            self._writer.add_text(self._step, metrics.META_STATUS, status or f"completed at step {self._step}")
         custom_metrics.detach(self)
         if self._eval_recorder is not None:
             self._eval_recorder.detach()
