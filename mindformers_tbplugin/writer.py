@@ -24,7 +24,6 @@ import socket
 import struct
 import threading
 import time
-import warnings
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -277,8 +276,10 @@ class RunWriter:
             self._on_disk_error(exc)
             return
         if self._failing_since is not None:
-            logger.warning("TensorBoard writer for %s: writing works again, monitoring resumed.", self.run_dir)
             self._failing_since = None
+            if "recovered" not in self._warned:  # said once: a disk that fills again must not flood the log
+                self._warned.add("recovered")
+                logger.warning("TensorBoard writer for %s: writing works again, monitoring resumed.", self.run_dir)
 
     def _build_guarded(
         self, build: Callable[[int, float], event_pb2.Event], step: int, wall_time: float
@@ -335,7 +336,6 @@ class RunWriter:
             return
         self._warned.add(key)
         logger.warning(message)
-        warnings.warn(message, RuntimeWarning, stacklevel=2)
 
 
 # ---------------------------------------------------------------------------------------------

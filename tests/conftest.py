@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+# MindSpore switches protobuf to its pure-Python implementation when it is imported, and its
+# generated modules fail to load if protobuf was already loaded otherwise. Tests import TensorBoard's
+# protobufs and MindSpore in one process, in any order: start the way a training process runs.
+os.environ.setdefault("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
 
 import pytest
 import yaml
@@ -64,6 +72,20 @@ def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     accumulator = EventAccumulator(str(run_dir), size_guidance={SCALARS: 0})
     accumulator.Reload()
     return {tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]}
+
+
+@contextlib.contextmanager
+def plugin_log() -> Iterator[list[str]]:
+    """Messages the plugin logs meanwhile (its logger may not propagate to the root logger)."""
+    messages: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("mindformers_tbplugin")
+    logger.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)
 
 
 def run_dirs(log_root: Path) -> list[Path]:

@@ -10,8 +10,11 @@ from pathlib import Path
 import mindspore  # noqa: F401  (first: its old-style *_pb2 modules fail once tensorboard's protos are loaded)
 import numpy as np
 import pytest
+from conftest import plugin_log
 
-from mindformers_tbplugin import eval_metrics, histograms, mf_config, model_graph
+from mindformers_tbplugin import eval_metrics, histograms, mf_config, model_graph, run_info
+from mindformers_tbplugin.model_facts import ModelFacts
+from mindformers_tbplugin.ranks import Topology
 from mindformers_tbplugin.schema import ConfigError
 from mindformers_tbplugin.writer import RunWriter
 
@@ -95,10 +98,11 @@ def test_a_failing_record_builder_costs_only_its_record(tmp_path: Path) -> None:
         raise ValueError("bad record")
 
     writer = RunWriter(tmp_path / "run")
-    with pytest.warns(RuntimeWarning, match="bad record"):
+    with plugin_log() as messages:
         writer.add_built(1, broken)
         writer.add_scalars(2, {"train/loss": 1.5})
         writer.close()
+    assert any("bad record" in m for m in messages)
     accumulator = EventAccumulator(str(tmp_path / "run"))
     accumulator.Reload()
     assert [(e.step, e.value) for e in accumulator.Scalars("train/loss")] == [(2, 1.5)]
@@ -169,3 +173,42 @@ def test_cell_graph_and_parameter_table_of_a_real_network() -> None:
     assert [d.size for d in weight.attr["shape"].shape.dim] == [4, 8] and weight.attr["count"].i == 32
     table = model_graph.parameter_table(cells)
     assert "| `blocks` | CellList | 88 | 80 |" in table and "| `head` | Dense | 8 | 8 |" in table
+
+
+def test_hparams_from_a_config_take_their_column_types() -> None:
+    config = {
+        "seed": 7,
+        "use_parallel": True,
+        "optimizer": {"type": "AdamW", "learning_rate": "3e-4", "weight_decay": 0.1},
+        "model": {"arch": {"type": "LlamaForCausalLM"}, "model_config": {"num_layers": {"nested": 1}}},
+        "parallel_config": {"data_parallel": 4, "pipeline_stage": 2},
+        "runner_config": {"epochs": 3, "gradient_accumulation_steps": 2},
+    }
+    facts = ModelFacts(samples_per_step=16.0, tokens_per_sample=4096)
+    topology = Topology(
+        rank=0,
+        world_size=8,
+        pipeline_stages=2,
+        parallel_mode="semi_auto_parallel",
+        full_batch=False,
+        communicating=True,
+    )
+    values = run_info.hparam_values(mf_config.RunningConfig(config, None), facts, topology, "exp", 1000, None)
+    assert values == {
+        "experiment": "exp",
+        "world_size": 8,
+        "batch_size": 4,  # 16 samples per step over 4 data-parallel ranks
+        "global_batch_size": 32,  # x 2 accumulation steps
+        "seq_length": 4096,
+        "parameters": 1000,
+        "learning_rate": pytest.approx(3e-4),  # YAML 1.1 reads 3e-4 as a string: still a number here
+        "optimizer": "AdamW",
+        "weight_decay": pytest.approx(0.1),
+        "epochs": 3,
+        "gradient_accumulation_steps": 2,
+        "model_type": "LlamaForCausalLM",
+        "data_parallel": 4,
+        "pipeline_stage": 2,
+        "use_parallel": True,
+        "seed": 7,
+    }

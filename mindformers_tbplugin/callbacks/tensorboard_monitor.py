@@ -139,8 +139,7 @@ class TensorBoardMonitor(Callback):
                 f"TensorBoardMonitor log_dir {self.log_root} contains non-ASCII characters; some "
                 "TensorBoard versions and shells mishandle such paths. An ASCII path is safer."
             )
-            logger.warning(message)
-            warnings.warn(message, UserWarning, stacklevel=2)
+            warnings.warn(message, UserWarning, stacklevel=2)  # MindFormers routes warnings to its log
 
         self.experiment = experiment
         self.run_name_pattern = run_name_pattern
@@ -433,7 +432,6 @@ class TensorBoardMonitor(Callback):
         if key not in self._warned:
             self._warned.add(key)
             logger.warning(message)
-            warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def _local_time(stamp: int) -> datetime:

@@ -1,0 +1,126 @@
+"""Crash safety with real processes: SIGTERM and SIGKILL of a real MindFormers training, and disk
+faults (a file-size limit, a deleted run folder) that must never stop training."""
+
+from __future__ import annotations
+
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import HELPERS, MFTB, mf_losses, read_scalars, run_dirs, subprocess_env, write_tiny_config
+from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+
+def _slow_training(folder: Path, data: Path, flush_secs: float) -> subprocess.Popen[str]:
+    callbacks = [
+        {"type": "MFLossMonitor"},
+        {"type": "SlowRank", "auto_register": "rank_hooks.SlowRank"},
+        {"type": "TensorBoardMonitor", "log_dir": str(folder / "tb"), "experiment": "crash", "flush_secs": flush_secs},
+    ]
+    config = write_tiny_config(folder, data, callbacks, num_samples=200)
+    env = subprocess_env(REGISTER_PATH=str(HELPERS), PYTHONPATH=str(HELPERS), MFTB_TEST_SLOW_RANK="0")
+    return subprocess.Popen(
+        [MFTB, "train", "--config", str(config)],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _wait_for_printed_step(process: subprocess.Popen[str], step: int) -> list[str]:
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if f"step:[{step:5d}/" in line:
+            return lines
+    raise AssertionError("training ended early:\n" + "".join(lines[-40:]))
+
+
+def _texts(run_dir: Path, tag: str) -> list[str]:
+    accumulator = EventAccumulator(str(run_dir), size_guidance={TENSORS: 0})
+    accumulator.Reload()
+    if tag not in accumulator.Tags()["tensors"]:
+        return []
+    return [event.tensor_proto.string_val[0].decode() for event in accumulator.Tensors(tag)]
+
+
+def test_sigterm_writes_every_point_and_the_status_and_keeps_the_exit_status(tmp_path: Path, tiny_data: Path) -> None:
+    # A one-hour flush interval: only the SIGTERM close can put the points on disk.
+    process = _slow_training(tmp_path, tiny_data, flush_secs=3600)
+    lines = _wait_for_printed_step(process, 12)
+    process.send_signal(signal.SIGTERM)
+    rest, _ = process.communicate(timeout=120)
+    assert process.returncode == -signal.SIGTERM
+    last_printed = max(mf_losses("".join(lines) + rest))
+    (run_dir,) = run_dirs(tmp_path / "tb")
+    (status,) = _texts(run_dir, "meta/status")
+    last_logged = int(status.removeprefix("terminated at step "))
+    # The signal may land between MFLossMonitor's print and our callback in the same step.
+    assert last_logged in (last_printed - 1, last_printed)
+    assert [step for step, _ in read_scalars(run_dir)["train/loss"]] == list(range(1, last_logged + 1))
+
+
+@pytest.mark.parametrize("flush_secs", [1.0])
+def test_sigkill_leaves_readable_files_and_loses_at_most_flush_secs(
+    tmp_path: Path, tiny_data: Path, flush_secs: float
+) -> None:
+    process = _slow_training(tmp_path, tiny_data, flush_secs=flush_secs)
+    lines = _wait_for_printed_step(process, 25)
+    process.send_signal(signal.SIGKILL)
+    process.communicate(timeout=60)
+    last_printed = max(mf_losses("".join(lines)))
+    (run_dir,) = run_dirs(tmp_path / "tb")
+    for path in run_dir.glob("*tfevents*"):
+        list(EventFileLoader(str(path)).Load())  # reads to the end; a torn last record is skipped
+    on_disk = [step for step, _ in read_scalars(run_dir)["train/loss"]]
+    assert on_disk == list(range(1, len(on_disk) + 1))
+    # Steps take >= 150 ms here: a flush interval (plus the writer's 0.2 s poll) covers < 10 steps.
+    assert last_printed - len(on_disk) <= (flush_secs + 0.2) / 0.15 + 1
+
+
+def _fault_training(tmp_path: Path, mode: str, file_limit: int | None = None) -> subprocess.CompletedProcess[str]:
+    def limit_file_size() -> None:
+        if file_limit is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_limit, file_limit))
+
+    return subprocess.run(
+        [sys.executable, str(HELPERS / "fault_train.py"), str(tmp_path / "tb"), mode],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=limit_file_size,
+    )
+
+
+def test_full_disk_never_stops_training_and_warns_once(tmp_path: Path) -> None:
+    result = _fault_training(tmp_path, "fsize", file_limit=4096)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "DONE" in result.stdout and "STEP 40" in result.stdout
+    output = result.stdout + result.stderr
+    assert output.count("cannot write (") == 1, output[-3000:]
+    assert "File too large" in output
+    assert output.count("monitoring resumed") == 1
+    (run_dir,) = run_dirs(tmp_path / "tb")
+    # Each new event file takes points until it reaches the limit again: monitoring went on.
+    files = sorted(run_dir.glob("*tfevents*"))
+    assert len(files) > 1 and all(f.stat().st_size <= 4096 for f in files)
+    steps = [step for step, _ in read_scalars(run_dir)["train/loss"]]
+    assert steps == sorted(steps) and steps[-1] >= 35
+
+
+def test_deleted_run_folder_is_recreated_and_training_goes_on(tmp_path: Path) -> None:
+    result = _fault_training(tmp_path, "delete")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "DONE" in result.stdout
+    assert (result.stdout + result.stderr).count("was deleted during training") == 1
+    (run_dir,) = run_dirs(tmp_path / "tb")
+    steps = [step for step, _ in read_scalars(run_dir)["train/loss"]]
+    assert steps[-1] == 40 and steps[0] > 10  # the points after the deletion are there
