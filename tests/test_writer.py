@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -124,3 +125,36 @@ def test_a_failing_disk_never_raises_to_the_caller(tmp_path: Path) -> None:
         writer.flush(timeout=5)
         writer.close()
     assert len([m for m in messages if "cannot write" in m]) == 1
+
+
+def _make_run(root: Path, name: str, age_s: float) -> Path:
+    run = root / name
+    run.mkdir(parents=True)
+    event = run / "events.out.tfevents.1.host.1.0"
+    event.write_bytes(b"")
+    stamp = time.time() - age_s
+    os.utime(event, (stamp, stamp))
+    return run
+
+
+def test_retention_keeps_the_newest_runs_and_never_the_current_one(tmp_path: Path) -> None:
+    from mindformers_tbplugin import rundir
+
+    old = [_make_run(tmp_path, f"exp_20260101-00000{i}", age_s=100 - i) for i in range(4)]
+    current = _make_run(tmp_path, "exp_20260101-000009", age_s=500)  # e.g. resumed: oldest activity
+    other = _make_run(tmp_path, "other_20260101-000000", age_s=1000)
+    runs = rundir.experiment_runs(tmp_path, "{experiment}_{timestamp}", "exp")
+    assert runs == [current, *old]
+    removed = rundir.apply_retention(runs, keep=3, archive_dir=None, protect=current)
+    assert removed == old[:2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([current.name, old[2].name, old[3].name, other.name])
+
+
+def test_retention_can_archive_instead_of_deleting(tmp_path: Path) -> None:
+    from mindformers_tbplugin import rundir
+
+    runs = [_make_run(tmp_path / "logs", f"exp_20260101-00000{i}", age_s=10 - i) for i in range(3)]
+    moved = rundir.apply_retention(runs, keep=1, archive_dir=tmp_path / "archive", protect=runs[-1])
+    assert moved == runs[:2]
+    assert sorted(p.name for p in (tmp_path / "archive").iterdir()) == [r.name for r in runs[:2]]
+    assert [p.name for p in (tmp_path / "logs").iterdir()] == [runs[-1].name]
