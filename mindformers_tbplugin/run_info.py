@@ -55,6 +55,9 @@ _FROM_YAML = (
 )
 _FROM_RUN = ("experiment", "batch_size", "global_batch_size", "parameters", "world_size")
 HPARAM_NAMES = tuple(sorted([name for name, _ in _FROM_YAML] + list(_FROM_RUN)))
+# Declared column types let the dashboard sort and filter; every other column is a number.
+_STRING_HPARAMS = {"experiment", "lr_schedule", "optimizer", "model_type", "compute_dtype"}
+_BOOL_HPARAMS = {"use_parallel"}
 
 
 @dataclass(frozen=True)
@@ -93,20 +96,29 @@ def hparam_values(
                 values[name] = value
         if mf_config.get_path(config.config, "lr_schedule.learning_rate") is None:
             optimizer_lr = mf_config.get_path(config.config, "optimizer.learning_rate")
-            if isinstance(optimizer_lr, (int, float)):
+            if optimizer_lr is not None and not isinstance(optimizer_lr, Mapping):
                 values["learning_rate"] = optimizer_lr
     accumulation = values.get("gradient_accumulation_steps") or 1
     if config is not None and config.global_batch_size:
         values["global_batch_size"] = config.global_batch_size
     elif facts.samples_per_step:
         values["global_batch_size"] = int(facts.samples_per_step) * int(accumulation)
-    return {name: _hparam_value(value) for name, value in values.items()}
+    typed = {name: _typed(name, value) for name, value in values.items()}
+    return {name: value for name, value in typed.items() if value is not None}
 
 
-def _hparam_value(value: Any) -> bool | int | float | str:
-    if isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
+def _typed(name: str, value: Any) -> bool | float | str | None:
+    """``value`` as its column's declared type; None (left out) when it is not one."""
+    kind = _hparam_type(name)
+    if kind == api_pb2.DATA_TYPE_STRING:
+        return str(value)
+    if kind == api_pb2.DATA_TYPE_BOOL:
+        return value if isinstance(value, bool) else None
+    try:
+        number = float(value)  # also "3e-4", which YAML 1.1 reads as a string
+    except (TypeError, ValueError):
+        return None
+    return int(number) if isinstance(value, int) and not isinstance(value, bool) else number
 
 
 def config_text(config: Mapping[str, Any]) -> str:
@@ -122,9 +134,27 @@ def _event(step: int, wall_time: float, summary: summary_pb2.Summary) -> event_p
 
 def experiment_event(step: int, wall_time: float, start_time: float) -> event_pb2.Event:
     """The experiment definition: the HParams table's columns and metrics."""
-    metrics = [hp.Metric(tag, display_name=tag) for tag in HPARAM_METRICS]
-    hparams = [hp.HParam(name) for name in HPARAM_NAMES]
-    return _event(step, wall_time, hp.hparams_config_pb(hparams, metrics, time_created_secs=start_time))
+    experiment = api_pb2.Experiment(
+        hparam_infos=[api_pb2.HParamInfo(name=name, type=_hparam_type(name)) for name in HPARAM_NAMES],
+        metric_infos=[hp.Metric(tag, display_name=tag).as_proto() for tag in HPARAM_METRICS],
+        time_created_secs=start_time,
+    )
+    return _plugin_event(
+        step, wall_time, metadata.EXPERIMENT_TAG, plugin_data_pb2.HParamsPluginData(experiment=experiment)
+    )
+
+
+def _hparam_type(name: str) -> int:
+    if name in _STRING_HPARAMS:
+        return api_pb2.DATA_TYPE_STRING
+    return api_pb2.DATA_TYPE_BOOL if name in _BOOL_HPARAMS else api_pb2.DATA_TYPE_FLOAT64
+
+
+def _plugin_event(step: int, wall_time: float, tag: str, data: plugin_data_pb2.HParamsPluginData) -> event_pb2.Event:
+    value = summary_pb2.Summary.Value(
+        tag=tag, metadata=metadata.create_summary_metadata(data), tensor=metadata.NULL_TENSOR
+    )
+    return _event(step, wall_time, summary_pb2.Summary(value=[value]))
 
 
 def session_start_event(
@@ -136,15 +166,10 @@ def session_start_event(
 
 def session_end_event(step: int, wall_time: float, succeeded: bool) -> event_pb2.Event:
     status = api_pb2.STATUS_SUCCESS if succeeded else api_pb2.STATUS_FAILURE
-    data = plugin_data_pb2.HParamsPluginData(
-        session_end_info=plugin_data_pb2.SessionEndInfo(status=status, end_time_secs=wall_time)
+    end = plugin_data_pb2.SessionEndInfo(status=status, end_time_secs=wall_time)
+    return _plugin_event(
+        step, wall_time, metadata.SESSION_END_INFO_TAG, plugin_data_pb2.HParamsPluginData(session_end_info=end)
     )
-    value = summary_pb2.Summary.Value(
-        tag=metadata.SESSION_END_INFO_TAG,
-        metadata=metadata.create_summary_metadata(data),
-        tensor=metadata.NULL_TENSOR,
-    )
-    return _event(step, wall_time, summary_pb2.Summary(value=[value]))
 
 
 def graph_event(step: int, wall_time: float, cells: list[model_graph.CellInfo]) -> event_pb2.Event:

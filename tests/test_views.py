@@ -135,6 +135,12 @@ def test_hparams_two_runs_are_two_sessions_with_their_values(views: Views) -> No
     assert {"learning_rate", "lr_schedule", "batch_size", "global_batch_size", "seq_length", "parameters"} <= names
     assert {"data_parallel", "pipeline_stage", "seed", "experiment", "num_layers", "hidden_size"} <= names
     assert {info["name"]["tag"] for info in experiment["metricInfos"]} == {"train/loss", "eval/loss"}
+    types = {info["name"]: info["type"] for info in experiment["hparamInfos"]}
+    assert (types["learning_rate"], types["optimizer"], types["use_parallel"]) == (
+        "DATA_TYPE_FLOAT64",
+        "DATA_TYPE_STRING",
+        "DATA_TYPE_BOOL",
+    )
 
     request = {
         "experimentName": "",
