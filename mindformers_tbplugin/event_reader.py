@@ -14,11 +14,11 @@ recognised; images, histograms, text and other tensors are skipped.
 from __future__ import annotations
 
 import os
+import re
 import struct
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
-from itertools import repeat
-from operator import itemgetter
+from itertools import chain, repeat
 from pathlib import Path
 
 from mindformers_tbplugin.log import logger
@@ -50,33 +50,23 @@ MAX_TEMPLATES = 256
 class _Template:
     """The byte layout of a Summary made only of ``simple_value``s, as writers repeat it every step.
 
-    One ``struct`` call splits such a Summary into its framing (keys, lengths, tag bytes) and its
-    floats; when the framing equals the remembered one, the floats are the values of ``names``.
+    ``shape`` matches the Summary's bytes with its framing (keys, lengths, tag bytes) spelled out and
+    any 4 bytes where a float sits; when it matches, one ``struct`` call reads the wanted floats.
     """
 
+    shape: re.Pattern[bytes]
     layout: struct.Struct
-    framing: tuple[bytes, ...]
     names: tuple[str, ...]
-    pick: Callable[[tuple], tuple[float, ...]]
 
     @classmethod
     def of(cls, buf: bytes, start: int, values: list[tuple[str | None, int]]) -> _Template:
-        framing, formats, previous = [], [], start
-        for _, offset in values:
-            framing.append(buf[previous:offset])
-            formats.append(f"{offset - previous}sf")
+        pattern, layout, previous = [], ["<"], start
+        for name, offset in values:
+            pattern.append(re.escape(buf[previous:offset]) + b".{4}")
+            layout.append(f"{offset - previous}x" + ("f" if name is not None else "4x"))
             previous = offset + 4
-        wanted = [index for index, (name, _) in enumerate(values) if name is not None]
-        positions = [2 * index + 1 for index in wanted]  # floats sit between the framing pieces
-        if len(positions) == 1:
-            (position,) = positions
-
-            def pick(unpacked: tuple) -> tuple[float, ...]:
-                return (unpacked[position],)
-        else:
-            pick = itemgetter(*positions) if positions else tuple
-        names = tuple(values[index][0] for index in wanted)
-        return cls(struct.Struct("<" + "".join(formats)), tuple(framing), names, pick)
+        names = tuple(name for name, _ in values if name is not None)
+        return cls(re.compile(b"".join(pattern), re.DOTALL), struct.Struct("".join(layout)), names)
 
 
 def _masked(crc: int) -> int:
@@ -130,7 +120,11 @@ class EventFileReader:
         self._broken = False
 
     def read(self) -> Iterator[Point]:
-        """Yield every complete new point; a torn last record is left for the next call."""
+        """Every complete new point; a torn last record is left for the next call."""
+        return chain.from_iterable(self._batches())  # a C iterator: no generator step per point
+
+    def _batches(self) -> Iterator[list[Point]]:
+        """The new points, one list per chunk read."""
         if self._broken:
             return
         try:
@@ -154,7 +148,7 @@ class EventFileReader:
                     if consumed == 0:
                         return
                 self.offset += consumed
-                yield from points
+                yield points
 
     def _record_size(self, buf: bytes) -> int | None:
         if len(buf) < 12 or self._broken:
@@ -206,12 +200,11 @@ class EventFileReader:
         if step >= 1 << 63:  # int64 stored as two's complement
             step -= 1 << 64
         template = self._templates.get(summary_end - summary_start)
-        if template is not None:
-            unpacked = template.layout.unpack_from(buf, summary_start)
-            if unpacked[0::2] == template.framing:
-                if template.names:
-                    points.extend(zip(template.names, repeat(step), template.pick(unpacked), repeat(wall_time)))
-                return
+        if template is not None and template.shape.fullmatch(buf, summary_start, summary_end):
+            if template.names:
+                values = template.layout.unpack_from(buf, summary_start)
+                points.extend(zip(template.names, repeat(step), values, repeat(wall_time)))
+            return
         self._parse_summary(buf, summary_start, summary_end, step, wall_time, points)
 
     def _parse_summary(
