@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-from benchmarks import alert_engine_cost, histogram_cost, watch_throughput, writer_overhead
+from benchmarks import alert_engine_cost, crash_loss, histogram_cost, watch_throughput, writer_overhead
 
 TARGET_US = 20.0
 TARGET_RATIO = 50.0
@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     section, missed = writer_section(args.quick)
     watch_section, watch_missed = watch_throughput.markdown_section(args.quick, WATCH_TARGET_RATIO)
     alert_section, alert_missed = alert_engine_cost.markdown_section(args.quick, ALERT_TARGET_US)
-    missed += watch_missed + alert_missed
+    crash_section, crash_missed = crash_loss.markdown_section(args.quick)
+    missed += watch_missed + alert_missed + crash_missed
     command = "make bench-quick" if args.quick else "make bench"
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     text = "\n".join(
@@ -89,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             watch_section,
             alert_section,
             histogram_cost.markdown_section(args.quick),
+            crash_section,
             "## Targets",
             "",
             ("All targets met." if not missed else "\n".join(f"- MISSED: {m}" for m in missed)),
