@@ -60,7 +60,7 @@ class HistogramMonitor(Callback):
         self._params: list[Any] = []  # the selected parameters, fixed at train begin
         self._on_device = False
         self._step_offset = 0
-        self._last_step: int | None = None
+        self._last_step = 0  # global step of the last round (the initial step before the first)
         self._warned: set[str] = set()
 
     @classmethod
@@ -81,7 +81,8 @@ class HistogramMonitor(Callback):
         if self._params and self.every_steps:
             cb_params = run_context.original_args()
             step = self._step_offset + int(cb_params.cur_step_num)
-            if step % self.every_steps == 0:
+            # Crossing a multiple, not landing on it: in sink mode the step advances by sink_size.
+            if step // self.every_steps > self._last_step // self.every_steps:
                 self._guarded_round(step)
 
     def on_train_epoch_end(self, run_context: Any) -> None:
@@ -97,6 +98,7 @@ class HistogramMonitor(Callback):
             return
         facts = read_model_facts(cb_params, topology)
         self._step_offset = facts.initial_global_step - int(cb_params.get("cur_step_num") or 0)
+        self._last_step = facts.initial_global_step
         by_name = {param.name: param for param in facts.trainable_params}
         chosen = histograms.select_names(by_name, self.include, self.exclude)
         self._params = [by_name[name] for name in chosen]
@@ -107,7 +109,7 @@ class HistogramMonitor(Callback):
         self._on_device = _device_target() != "CPU"  # a CPU tensor's asnumpy() shares memory: sample in numpy
 
     def _guarded_round(self, step: int) -> None:
-        if step == self._last_step:  # the step and epoch schedules met
+        if step <= self._last_step:  # the step and epoch schedules met
             return
         self._last_step = step
         try:
