@@ -46,6 +46,7 @@ def test_every_bad_argument_is_reported_at_once(tmp_path: Path) -> None:
         ({"flush_secs": 0}, "flush_secs: expected number between 0.1 and 3600, got 0"),
         ({"run_name_pattern": "{experiment}_{host}"}, "unknown placeholder(s) host"),
         ({"experiment": "../escape"}, "experiment: expected a non-empty relative folder name"),
+        ({"resume_run": "/abs/run"}, "resume_run: expected a non-empty relative folder name"),
         ({"extra_metrics": ["no_colon"]}, "extra_metrics[0]: 'no_colon' is not of the form"),
         ({"extra_metrics": ["no_such_module_xyz:fn"]}, "extra_metrics[0]: cannot import module 'no_such_module_xyz'"),
         ({"extra_metrics": ["os.path:no_such_fn"]}, "extra_metrics[0]: module 'os.path' has no attribute"),

@@ -191,7 +191,10 @@ class TensorBoardMonitor(Callback):
             problems.append(
                 Problem("run_name_pattern", f"unknown placeholder(s) {', '.join(unknown)}; allowed: {allowed}")
             )
-        for key, value in (("experiment", experiment), ("run_name_pattern", pattern)):
+        names = [("experiment", experiment), ("run_name_pattern", pattern)]
+        if arguments.get("resume_run") is not None:
+            names.append(("resume_run", arguments["resume_run"]))
+        for key, value in names:
             if not value or value.strip() != value or ".." in Path(value).parts or Path(value).is_absolute():
                 problems.append(Problem(key, f"expected a non-empty relative folder name without '..', got {value!r}"))
         log_every = arguments.get("log_every", 1)
