@@ -12,6 +12,7 @@ from mindformers_tbplugin import __version__
 # Sub-command modules, in the order ``mftb --help`` lists them.
 COMMANDS = (
     "mindformers_tbplugin.commands.train",
+    "mindformers_tbplugin.commands.launch",
     "mindformers_tbplugin.commands.validate",
     "mindformers_tbplugin.commands.schema",
     "mindformers_tbplugin.commands.make_data",

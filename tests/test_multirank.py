@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import HELPERS, REPO, TINY_CONFIG, mf_losses, read_scalars, run_dirs, subprocess_env
+from conftest import HELPERS, MFTB, REPO, TINY_CONFIG, mf_losses, read_scalars, run_dirs, subprocess_env
 
 LAUNCH = REPO / "scripts" / "msrun_launch.sh"
 DP2_CONFIG = REPO / "configs" / "tiny" / "llama_tiny_cpu_dp2.yaml"
@@ -224,6 +224,23 @@ def test_a_bad_config_is_reported_before_any_rank_starts(tmp_path: Path) -> None
     assert "callbacks[0].log_every" in job.stdout + job.stderr
     assert "no rank was started" in job.stderr
     assert not (tmp_path / "out" / "msrun_log").exists()
+
+
+def test_mftb_launch_runs_the_same_launcher(tmp_path: Path) -> None:
+    config = yaml.safe_load(TINY_CONFIG.read_text())
+    config["callbacks"] = [{"type": "TensorBoardMonitor", "flush_secs": 0}]
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = subprocess.run(
+        [MFTB, "launch", "--config", str(path), "--worker_num", "2", "--output_dir", str(tmp_path / "out")],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "callbacks[0].flush_secs" in result.stdout + result.stderr
+    assert "no rank was started" in result.stderr
 
 
 def test_a_crashing_rank_fails_the_launch_and_is_named(tmp_path: Path, tiny_data: Path) -> None:
