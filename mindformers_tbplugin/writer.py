@@ -32,6 +32,7 @@ from typing import Any
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
 from mindformers_tbplugin.log import logger
+from mindformers_tbplugin.scalar_encoding import encode_scalars_event
 
 try:  # C implementation; the pure-Python fallback holds the GIL ~100x longer per record.
     import google_crc32c as _crc
@@ -120,8 +121,10 @@ class EventFile:
         self._file = open(self.path, "ab")  # noqa: SIM115 - lives as long as the writer
         self.write(event_pb2.Event(wall_time=time.time(), file_version=_FILE_VERSION))
 
-    def write(self, event: event_pb2.Event) -> None:
-        self._file.write(frame_record(event.SerializeToString()))
+    def write(self, event: event_pb2.Event | bytes) -> None:
+        """Append one record: an ``Event`` or its serialised bytes."""
+        payload = event if isinstance(event, bytes) else event.SerializeToString()
+        self._file.write(frame_record(payload))
 
     def flush(self) -> None:
         self._file.flush()
@@ -239,7 +242,7 @@ class RunWriter:
             item = pending.popleft()
             kind = item[0]
             if kind == _SCALARS:
-                self._write(scalars_event, item[1], item[2], item[3])
+                self._write(encode_scalars_event, item[1], item[2], item[3])
             elif kind == _TEXT:
                 self._write(text_event, item[1], item[2], item[3], item[4])
             elif kind == _START:
@@ -266,7 +269,7 @@ class RunWriter:
             )
         return False
 
-    def _write(self, build: Callable[..., event_pb2.Event], *args: Any) -> None:
+    def _write(self, build: Callable[..., event_pb2.Event | bytes], *args: Any) -> None:
         try:
             if self._file is None:
                 self._file = EventFile(self.run_dir)
