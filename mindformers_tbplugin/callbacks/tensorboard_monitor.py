@@ -223,7 +223,6 @@ class TensorBoardMonitor(Callback):
     def on_train_end(self, run_context: Any) -> None:
         self._finish(clean=True)
 
-
     def __exit__(self, exc_type: Any, *exc_info: Any) -> None:
         # MindSpore enters callbacks as context managers: this runs when training raises, too.
         if exc_type is None:
