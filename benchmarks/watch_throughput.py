@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -93,25 +94,35 @@ def _child(reader: str, path: Path) -> None:
     print(json.dumps({"points": points, "seconds": seconds, "peak": _peak_rss_mb(), "baseline": baseline}))
 
 
-def measure(points: int) -> list[ReadResult]:
-    """Write one log, read it with each reader in a fresh child process."""
+def measure(points: int, rounds: int = 3) -> list[ReadResult]:
+    """Write one log; read it ``rounds`` times with each reader, alternating, each time in a fresh
+    child process. Per reader: the median time over rounds and the largest peak RSS."""
     with tempfile.TemporaryDirectory(prefix="mftb-watch-bench-") as folder:
         path = write_log(Path(folder), points)
         # Importing MindSpore sets protobuf to pure Python for the process and its children: undo that,
         # so that EventAccumulator parses with protobuf's C implementation, as it does for users.
         env = {key: value for key, value in os.environ.items() if key != "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"}
-        results = []
-        for reader in READERS:
-            output = subprocess.run(
-                [sys.executable, "-m", "benchmarks.watch_throughput", "--child", reader, str(path)],
-                check=True,
-                capture_output=True,
-                text=True,
-                env=env,
-            ).stdout
-            data = json.loads(output.strip().splitlines()[-1])
-            results.append(ReadResult(reader, data["points"], data["seconds"], data["peak"], data["baseline"]))
-    return results
+        runs: dict[str, list[dict]] = {reader: [] for reader in READERS}
+        for _ in range(rounds):
+            for reader in READERS:
+                output = subprocess.run(
+                    [sys.executable, "-m", "benchmarks.watch_throughput", "--child", reader, str(path)],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                ).stdout
+                runs[reader].append(json.loads(output.strip().splitlines()[-1]))
+    return [
+        ReadResult(
+            reader,
+            data[0]["points"],
+            statistics.median(d["seconds"] for d in data),
+            max(d["peak"] for d in data),
+            max(d["baseline"] for d in data),
+        )
+        for reader, data in runs.items()
+    ]
 
 
 def markdown_section(quick: bool, target_ratio: float) -> tuple[str, list[str]]:
@@ -123,7 +134,8 @@ def markdown_section(quick: bool, target_ratio: float) -> tuple[str, list[str]]:
         f"## mftb watch: reading scalars ({points:,} points, one event file, same run)",
         "",
         f"{TAGS} scalars per event, written by this package; each reader in its own process, every point read "
-        "(EventAccumulator with `size_guidance={SCALARS: 0}` and protobuf's C implementation).",
+        "(EventAccumulator with `size_guidance={SCALARS: 0}` and protobuf's C implementation); 3 rounds, "
+        "readers alternated, median time, largest peak RSS.",
         "",
         "| reader | points/s | seconds | peak RSS MB | RSS after imports MB |",
         "|---|---|---|---|---|",

@@ -18,7 +18,7 @@ import re
 import struct
 from collections.abc import Container, Iterator
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import chain, islice, repeat
 from pathlib import Path
 
 from mindformers_tbplugin.log import logger
@@ -48,10 +48,12 @@ MAX_TEMPLATES = 256
 
 @dataclass(frozen=True)
 class _Template:
-    """The byte layout of a Summary made only of ``simple_value``s, as writers repeat it every step.
+    """The byte layout of an Event that writers repeat every step: ``wall_time``, ``step`` and a
+    Summary made only of ``simple_value``s, in this order.
 
-    ``shape`` matches the Summary's bytes with its framing (keys, lengths, tag bytes) spelled out and
-    any 4 bytes where a float sits; when it matches, one ``struct`` call reads the wanted floats.
+    ``shape`` matches such a record with its framing (keys, lengths, tag bytes) spelled out and any
+    bytes where the wall time, step and floats sit; when it matches, one ``struct`` call reads the
+    wall time, the step's varint bytes and the wanted floats.
     """
 
     shape: re.Pattern[bytes]
@@ -59,8 +61,11 @@ class _Template:
     names: tuple[str, ...]
 
     @classmethod
-    def of(cls, buf: bytes, start: int, values: list[tuple[str | None, int]]) -> _Template:
-        pattern, layout, previous = [], ["<"], start
+    def of(cls, buf: bytes, start: int, step_end: int, values: list[tuple[str | None, int]]) -> _Template:
+        step_bytes = step_end - start - 10
+        pattern = [b"\x09.{8}\x10" + b"[\x80-\xff]" * (step_bytes - 1) + b"[\x00-\x7f]"]
+        layout = [f"<xdx{step_bytes}s"]
+        previous = step_end
         for name, offset in values:
             pattern.append(re.escape(buf[previous:offset]) + b".{4}")
             layout.append(f"{offset - previous}x" + ("f" if name is not None else "4x"))
@@ -116,7 +121,7 @@ class EventFileReader:
         self._tags = tags
         self._names: dict[bytes, str | None] = {}  # raw tag -> name, None when filtered out
         self._scalar_tensor_tags: dict[str, bool] = {}  # from metadata, which writers send once per tag
-        self._templates: dict[int, _Template] = {}  # summary length -> layout of its simple values
+        self._templates: dict[int, _Template] = {}  # record length -> a layout seen with that length
         self._broken = False
 
     def read(self) -> Iterator[Point]:
@@ -158,6 +163,7 @@ class EventFileReader:
     def _parse_chunk(self, buf: bytes) -> tuple[int, list[Point]]:
         """(bytes consumed by whole records, their points)."""
         points: list[Point] = []
+        templates = self._templates
         pos, end = 0, len(buf)
         while pos + 12 <= end:
             (length,) = _unpack_u64(buf, pos)
@@ -169,14 +175,23 @@ class EventFileReader:
             stop = start + length
             if stop + 4 > end:
                 break
-            if _masked(_crc32c(buf[start:stop])) == _unpack_u32(buf, stop)[0]:
-                self._parse_event(buf, start, stop, points)
-            else:
+            if _masked(_crc32c(buf[start:stop])) != _unpack_u32(buf, stop)[0]:
                 logger.warning("%s: record at byte %d fails its checksum; skipped", self.path, self.offset + pos)
+            elif (template := templates.get(length)) is not None and template.shape.fullmatch(buf, start, stop):
+                if template.names:
+                    unpacked = template.layout.unpack_from(buf, start)
+                    step = _varint(unpacked[1], 0)[0]
+                    if step >= 1 << 63:  # int64 stored as two's complement
+                        step -= 1 << 64
+                    points.extend(zip(template.names, repeat(step), islice(unpacked, 2, None), repeat(unpacked[0])))
+            else:
+                self._parse_event(buf, start, stop, points)
             pos = stop + 4
         return pos, points
 
     def _parse_event(self, buf: bytes, i: int, end: int, points: list[Point]) -> None:
+        event_start = i
+        step_end = -1
         wall_time, step = 0.0, 0
         summary_start = summary_end = -1
         while i < end:
@@ -187,6 +202,7 @@ class EventFileReader:
                 i += 8
             elif key == 0x10:  # step, varint
                 step, i = _varint(buf, i)
+                step_end = i
             elif key == 0x2A:  # summary
                 length, i = _varint(buf, i)
                 summary_start, summary_end = i, i + length
@@ -199,18 +215,18 @@ class EventFileReader:
             return
         if step >= 1 << 63:  # int64 stored as two's complement
             step -= 1 << 64
-        template = self._templates.get(summary_end - summary_start)
-        if template is not None and template.shape.fullmatch(buf, summary_start, summary_end):
-            if template.names:
-                values = template.layout.unpack_from(buf, summary_start)
-                points.extend(zip(template.names, repeat(step), values, repeat(wall_time)))
-            return
-        self._parse_summary(buf, summary_start, summary_end, step, wall_time, points)
+        simple_values = self._parse_summary(buf, summary_start, summary_end, step, wall_time, points)
+        # Remember the layout when the event is exactly wall_time, step, summary, in this order.
+        canonical = buf[event_start] == 0x09 and step_end > event_start + 10 and buf[event_start + 9] == 0x10
+        canonical = canonical and buf[step_end] == 0x2A and summary_end == end
+        if canonical and simple_values and len(self._templates) < MAX_TEMPLATES:
+            self._templates[end - event_start] = _Template.of(buf, event_start, step_end, simple_values)
 
     def _parse_summary(
         self, buf: bytes, start: int, end: int, step: int, wall_time: float, points: list[Point]
-    ) -> None:
-        """Any Summary; learns a template when every value is a plain ``simple_value``."""
+    ) -> list[tuple[str | None, int]] | None:
+        """Any Summary's points. Returns (name or None when filtered out, float offset) per value when
+        every value is a plain ``simple_value`` (a layout worth remembering), else None."""
         simple_only = True
         simple_values: list[tuple[str | None, int]] = []  # (name or None when filtered, float offset)
         i = start
@@ -237,8 +253,7 @@ class EventFileReader:
                 if point is not None:
                     points.append((point[0], step, point[1], wall_time))
             i = value_end
-        if simple_only and simple_values and len(self._templates) < MAX_TEMPLATES:
-            self._templates[end - start] = _Template.of(buf, start, simple_values)
+        return simple_values if simple_only else None
 
     def _learn_tag(self, raw_tag: bytes) -> str | None:
         decoded = raw_tag.decode("utf-8", "replace")

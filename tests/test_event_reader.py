@@ -110,3 +110,16 @@ def test_large_file_is_read_in_chunks_with_nonfinite_values_intact(tmp_path: Pat
     assert len(points) == steps
     assert [p[1] for p in points] == list(range(steps))
     assert math.isnan(points[-1][2]) and points[-2][2] == steps - 2
+
+
+def test_records_of_equal_length_but_other_tags_or_steps_are_not_confused(tmp_path: Path) -> None:
+    path = tmp_path / "events.out.tfevents.3.host"
+    events = [(1, {"a/x": 1.0}), (2, {"a/y": 2.0}), (3, {"a/x": 3.0}), (200, {"a/x": 4.0}), (-5, {"a/x": 5.0})]
+    path.write_bytes(b"".join(frame_record(scalars_event(s, 9.0, v).SerializeToString()) for s, v in events))
+    assert [(t, s, v) for t, s, v, _ in EventFileReader(path).read()] == [
+        ("a/x", 1, 1.0),
+        ("a/y", 2, 2.0),
+        ("a/x", 3, 3.0),
+        ("a/x", 200, 4.0),
+        ("a/x", -5, 5.0),
+    ]
