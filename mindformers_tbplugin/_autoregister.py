@@ -9,8 +9,6 @@ register is reported as a warning.
 from __future__ import annotations
 
 import sys
-import warnings
-from typing import Any
 
 _TARGET = "mindformers"
 
@@ -21,19 +19,21 @@ def _register_now() -> None:
 
         register_callbacks()
     except Exception as exc:  # registration must never break `import mindformers`
+        import warnings  # here, not at the top: this module loads at every interpreter start
+
         warnings.warn(f"mindformers_tbplugin: could not register callbacks: {exc!r}", stacklevel=2)
 
 
 class _RegisterAfterExec:
     """Loader proxy: runs the real loader, restores it on the module, then registers."""
 
-    def __init__(self, loader: Any) -> None:
+    def __init__(self, loader: object) -> None:
         self._loader = loader
 
-    def create_module(self, spec: Any) -> Any:
+    def create_module(self, spec: object) -> object:
         return self._loader.create_module(spec)
 
-    def exec_module(self, module: Any) -> None:
+    def exec_module(self, module: object) -> None:
         module.__loader__ = self._loader
         if getattr(module, "__spec__", None) is not None:
             module.__spec__.loader = self._loader
@@ -44,7 +44,7 @@ class _RegisterAfterExec:
 class _MindFormersImportWatcher:
     """Meta-path finder that fires once, for the top-level ``mindformers`` package."""
 
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+    def find_spec(self, fullname: str, path: object, target: object = None) -> object:
         if fullname != _TARGET:
             return None
         _uninstall()

@@ -257,17 +257,21 @@ class RunWriter:
                 self._flush_file()
                 item[1].set()
             elif kind == _CLOSE:
+                self._report_dropped()  # also when the stall ends only at close
                 self._flush_file()
                 self._close_file()
                 item[1].set()
                 return True
+        self._report_dropped()
+        return False
+
+    def _report_dropped(self) -> None:
         if self._dropped:
             self._warn_once(
                 "dropped",
                 f"TensorBoard writer for {self.run_dir} fell behind (disk stalled?): dropped the oldest "
                 f"{self._dropped} queued items to bound memory (queue size {self._max_queue}).",
             )
-        return False
 
     def _write(self, build: Callable[..., event_pb2.Event | bytes], *args: Any) -> None:
         try:
