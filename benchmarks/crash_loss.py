@@ -14,8 +14,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
-
 STEP_SECONDS = 0.02
 
 _CHILD = """
@@ -38,6 +36,9 @@ while True:
 
 
 def _points_on_disk(run_dir: Path) -> int:
+    # Imported here: loading tensorboard's protobufs before MindSpore (another section) breaks MindSpore.
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
     return sum(
         1
         for path in run_dir.glob("*tfevents*")
