@@ -5,6 +5,7 @@ Tag names are spelled here and nowhere else; a tag's meaning never changes betwe
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import math
 from collections.abc import Iterable
@@ -70,6 +71,11 @@ def _scalar(value: Any) -> float | None:
     if value is None:
         return None
     if hasattr(value, "asnumpy"):
+        if getattr(value, "size", 0) == 1:
+            # One element: item() copies it out directly; asnumpy() builds an array through the buffer
+            # protocol, whose format string numpy parses in Python (~4 µs per tensor, 5 tensors per step).
+            with contextlib.suppress(TypeError, ValueError, RuntimeError):
+                return float(value.item())
         value = value.asnumpy()
     if hasattr(value, "mean") and getattr(value, "size", 1) != 1:
         value = value.mean()

@@ -52,7 +52,7 @@ def test_benchmark_harness_writes_a_table(tmp_path: Path) -> None:
         env=subprocess_env(),
         check=True,
         capture_output=True,
-        timeout=300,
+        timeout=600,
     )
     text = output.read_text()
     assert "| mftb RunWriter.add_scalars (10 scalars) |" in text
@@ -60,3 +60,9 @@ def test_benchmark_harness_writes_a_table(tmp_path: Path) -> None:
     assert re.search(r"Ratio tensorboardX / mftb: \*\*[0-9.]+x\*\*", text)
     assert re.search(r"\| tiny LLaMA, sampled to 65,536 \| 21 \| 133,440 \| [0-9.]+ \| [0-9.]+ \|", text)
     assert re.search(r"\| synthetic LLaMA 4 layers \(float16\), sampled to 65,536 \| 38 \| 336,609,280 \|", text)
+    assert re.search(r"\| python \| encode_scalars_event \(wire format\) \| [0-9.]+ \|", text)
+    assert re.search(r"\| 10 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x \|", text)  # event bytes per point
+    assert re.search(r"\| hook on \(the installed `.pth` imports the package\) \| [0-9.]+ \|", text)
+    assert re.search(r"\| max_queue 10,000 \| \d+ \| [0-9.]+ \| 10,000 \| [\d,]+ \| 1 \|", text)
+    assert re.search(r"\| MFLossMonitor only \| [0-9.]+ \| [0-9.]+-[0-9.]+ \| baseline \|", text)
+    assert re.search(r"\| \+ TensorBoardMonitor, log_every 1 \| [0-9.]+ \| [0-9.-]+ \| [+-][0-9.]+% \|", text)
