@@ -44,6 +44,9 @@ def tensorboard_argv(logdir: Path, port: int, bind_all: bool = False, all_points
 
 def port_is_free(port: int, host: str = LOOPBACK) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As TensorBoard's own server does: connections of a stopped server in TIME_WAIT leave the
+        # port usable, while a listening socket still makes bind() fail.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
