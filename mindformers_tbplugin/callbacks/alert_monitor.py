@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from mindformers.tools.register import MindFormerModuleType, MindFormerRegister
 from mindspore.train import Callback
 
 from mindformers_tbplugin import alert_sinks, alerts, bus
@@ -17,7 +15,6 @@ from mindformers_tbplugin.schema import ConfigError, Problem, check_arguments
 DEFAULT_SINKS = ("log", "tensorboard")
 
 
-@MindFormerRegister.register(MindFormerModuleType.CALLBACK)
 class AlertMonitor(Callback):
     """Evaluate alert rules on every step TensorBoardMonitor writes; report, and stop training on request.
 
@@ -102,4 +99,3 @@ class AlertMonitor(Callback):
                 "TensorBoardMonitor to the same callbacks list."
             )
             logger.warning(message)
-            warnings.warn(message, RuntimeWarning, stacklevel=3)

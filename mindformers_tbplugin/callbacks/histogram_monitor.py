@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from typing import Annotated, Any
 
@@ -134,7 +133,6 @@ class HistogramMonitor(Callback):
         if key not in self._warned:
             self._warned.add(key)
             logger.warning(message)
-            warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def _device_target() -> str:
