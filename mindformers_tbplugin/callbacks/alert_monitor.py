@@ -10,7 +10,7 @@ from mindspore.train import Callback
 from mindformers_tbplugin import alert_sinks, alerts, bus
 from mindformers_tbplugin.log import logger
 from mindformers_tbplugin.ranks import current_topology
-from mindformers_tbplugin.schema import ConfigError, Problem, check_arguments
+from mindformers_tbplugin.schema import ConfigError, Problem, check_entry
 
 DEFAULT_SINKS = ("log", "tensorboard")
 
@@ -33,9 +33,7 @@ class AlertMonitor(Callback):
     def __init__(self, rules: list[dict] | None = None, sinks: list[str | dict] | None = None) -> None:
         super().__init__()
         arguments = {"rules": rules, "sinks": sinks}
-        problems = check_arguments(type(self), arguments)
-        if not problems:
-            problems += type(self).check_cross_fields(arguments)
+        problems = check_entry(type(self), arguments)  # the same checks as `mftb validate`
         if problems:
             raise ConfigError.for_owner(type(self).__name__, problems)
         self.rule_specs = list(alerts.DEFAULT_RULES if rules is None else rules)

@@ -11,7 +11,7 @@ from mindformers_tbplugin import custom_metrics, histograms
 from mindformers_tbplugin.log import logger
 from mindformers_tbplugin.model_facts import read_model_facts
 from mindformers_tbplugin.ranks import current_topology
-from mindformers_tbplugin.schema import ConfigError, Problem, Range, check_arguments
+from mindformers_tbplugin.schema import ConfigError, Problem, Range, check_entry
 from mindformers_tbplugin.writer import get_writer
 
 TAG_PREFIX = "params/"
@@ -45,9 +45,7 @@ class HistogramMonitor(Callback):
     ) -> None:
         super().__init__()
         arguments = dict(locals())
-        problems = check_arguments(type(self), arguments)
-        if not problems:
-            problems += type(self).check_cross_fields(arguments)
+        problems = check_entry(type(self), arguments)  # the same checks as `mftb validate`
         if problems:
             raise ConfigError.for_owner(type(self).__name__, problems)
         self.every_steps = every_steps

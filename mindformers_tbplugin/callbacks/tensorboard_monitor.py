@@ -26,7 +26,7 @@ from mindformers_tbplugin.ranks import (
     loss_scale_for_pipeline,
 )
 from mindformers_tbplugin.routing import MetricRouter, RouterOptions
-from mindformers_tbplugin.schema import ConfigError, Problem, Range, check_arguments
+from mindformers_tbplugin.schema import ConfigError, Problem, Range, check_entry
 from mindformers_tbplugin.system_stats import DeviceMemory, HostMemory
 from mindformers_tbplugin.writer import RunWriter, get_writer, on_sigterm, remove_sigterm_listener
 
@@ -117,9 +117,7 @@ class TensorBoardMonitor(Callback):
     ) -> None:
         super().__init__()
         arguments = dict(locals())
-        problems = check_arguments(type(self), arguments)
-        if not problems:
-            problems += type(self).check_cross_fields(arguments)
+        problems = check_entry(type(self), arguments)  # the same checks as `mftb validate`
         self.extra_metrics = []
         references = extra_metrics if isinstance(extra_metrics, list) and not problems else []
         for index, reference in enumerate(references):
