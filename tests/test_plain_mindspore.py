@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from conftest import HELPERS, read_scalars, run_dirs, subprocess_env
+from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
 
 SCRIPT = HELPERS / "plain_mindspore_train.py"
 
 
-def _train(workdir: Path, elsewhere: Path, mode: str) -> subprocess.CompletedProcess[str]:
-    workdir.mkdir()
-    elsewhere.mkdir()
+def _train(workdir: Path, elsewhere: Path, mode: str, **monitor: object) -> subprocess.CompletedProcess[str]:
+    workdir.mkdir(exist_ok=True)
+    elsewhere.mkdir(exist_ok=True)
     return subprocess.run(
-        [sys.executable, str(SCRIPT), "relative/tb", str(elsewhere), mode],
+        [sys.executable, str(SCRIPT), "relative/tb", str(elsewhere), mode, json.dumps(monitor)],
         cwd=workdir,
         env=subprocess_env(),
         capture_output=True,
@@ -53,3 +56,16 @@ def test_training_that_raises_still_closes_the_run(tmp_path: Path) -> None:
     assert "simulated failure at step 6" in result.stderr
     (run_dir,) = run_dirs(tmp_path / "work" / "relative" / "tb")
     assert [s for s, _ in read_scalars(run_dir)["train/loss"]] == list(range(1, 7))
+    accumulator = EventAccumulator(str(run_dir), size_guidance={TENSORS: 0})
+    accumulator.Reload()
+    (status,) = accumulator.Tensors("meta/status")
+    assert status.tensor_proto.string_val[0].decode() == "failed at step 6: RuntimeError"
+
+
+def test_keep_last_runs_removes_older_runs_at_train_begin(tmp_path: Path) -> None:
+    for _ in range(3):
+        result = _train(tmp_path / "work", tmp_path / "elsewhere", "ok", keep_last_runs=2, resume=False)
+        assert result.returncode == 0, result.stderr[-3000:]
+        time.sleep(1.1)  # distinct run folder timestamps
+    runs = run_dirs(tmp_path / "work" / "relative" / "tb")
+    assert len(runs) == 2

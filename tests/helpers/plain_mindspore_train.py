@@ -1,10 +1,11 @@
 """TensorBoardMonitor as a plain MindSpore callback (no MindFormers Trainer).
 
-argv: LOG_DIR CHDIR_TO MODE   (MODE: ok | raise)
+argv: LOG_DIR CHDIR_TO MODE [MONITOR_KWARGS_JSON]   (MODE: ok | raise)
 The monitor is built with LOG_DIR (possibly relative), then the process changes directory to
 CHDIR_TO before training: the run must still land under the original LOG_DIR.
 """
 
+import json
 import os
 import sys
 
@@ -16,9 +17,10 @@ from mindspore.train import Callback, Model
 from mindformers_tbplugin import TensorBoardMonitor, log_scalars
 
 log_dir, chdir_to, mode = sys.argv[1:4]
+extra_kwargs = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
 ms.set_context(mode=0)
 ms.set_device("CPU")
-monitor = TensorBoardMonitor(log_dir=log_dir, experiment="plain", param_norm_every=5)
+monitor = TensorBoardMonitor(log_dir=log_dir, experiment="plain", param_norm_every=5, **extra_kwargs)
 os.chdir(chdir_to)
 
 
