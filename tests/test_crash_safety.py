@@ -7,6 +7,7 @@ import resource
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,41 @@ def test_deleted_run_folder_is_recreated_and_training_goes_on(tmp_path: Path) ->
     (run_dir,) = run_dirs(tmp_path / "tb")
     steps = [step for step, _ in read_scalars(run_dir)["train/loss"]]
     assert steps[-1] == 40 and steps[0] > 10  # the points after the deletion are there
+
+
+@pytest.fixture
+def small_filesystem(tmp_path: Path) -> Iterator[Path]:
+    """A 256 KiB tmpfs mounted for the test (needs root; CI runs as root)."""
+    mount_point = tmp_path / "small_fs"
+    mount_point.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount_point)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(
+            f"cannot mount a tmpfs here ({mounted.stderr.decode().strip()}); the file-size limit test still runs"
+        )
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], capture_output=True)
+
+
+def test_full_disk_then_space_again_resumes_monitoring(tmp_path: Path, small_filesystem: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(HELPERS / "fault_train.py"), str(small_filesystem), "fill"],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    output = result.stdout + result.stderr
+    assert "DONE" in result.stdout
+    assert output.count("cannot write (") == 1 and "No space left on device" in output
+    assert output.count("monitoring resumed") == 1
+    (run_dir,) = [p for p in small_filesystem.iterdir() if p.is_dir()]
+    steps = [step for step, _ in read_scalars(run_dir)["train/loss"]]
+    assert steps[-1] == 40 and 10 in steps  # before the disk filled, and after space came back
+    assert not set(range(12, 25)) <= set(steps)  # points were dropped while it was full
