@@ -191,6 +191,16 @@ def _table(results: list[VariantResult]) -> list[str]:
     return lines
 
 
+def _noise_note(results: list[VariantResult]) -> str:
+    baseline = next(r for r in results if r.variant == BASELINE)
+    spread = (max(baseline.run_ms) - min(baseline.run_ms)) / baseline.median_ms * 100
+    return (
+        f"Noise: the baseline's own run-to-run spread is {spread:.1f}% of its median over {len(baseline.run_ms)} "
+        f"runs on this shared machine; a {TARGET_SLOWDOWN:.0%} difference is below what these runs can resolve, "
+        "the percentages carry that uncertainty."
+    )
+
+
 def _make_data(folder: Path, samples: int) -> Path:
     path = folder / "tiny.mindrecord"
     argv = [str(BIN / "mftb"), "make-data", "--output", str(path), "--num_samples", str(samples)]
@@ -217,6 +227,8 @@ def markdown_section(quick: bool) -> tuple[str, list[str]]:
         "",
         *_table(single),
         "",
+        _noise_note(single),
+        "",
         f"TensorBoardMonitor vs MindFormers' built-in tensorboardX writer: step time ratio "
         f"**{builtin.median_ms / ours.median_ms:.3f}x** (built-in / ours, medians over runs).",
         "",
@@ -231,6 +243,8 @@ def markdown_section(quick: bool) -> tuple[str, list[str]]:
             f"{dp2_rounds} rounds; step times of rank 0.",
             "",
             *_table(dual),
+            "",
+            _noise_note(dual),
             "",
         ]
         for result in dual:
