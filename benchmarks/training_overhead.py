@@ -193,6 +193,8 @@ def _table(results: list[VariantResult]) -> list[str]:
 
 def _noise_note(results: list[VariantResult]) -> str:
     baseline = next(r for r in results if r.variant == BASELINE)
+    if len(baseline.run_ms) < 2:
+        return "Noise: a single run per variant; no spread to report."
     spread = (max(baseline.run_ms) - min(baseline.run_ms)) / baseline.median_ms * 100
     return (
         f"Noise: the baseline's own run-to-run spread is {spread:.1f}% of its median over {len(baseline.run_ms)} "
