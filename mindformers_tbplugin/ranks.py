@@ -1,11 +1,11 @@
 """Rank facts and cross-rank aggregation: the only module that calls collectives.
 
-Per aggregation interval a multi-rank job communicates exactly twice, however many metrics there
-are: one all-reduce (sum) of a fixed-size float32 vector holding every data metric of every logged
-step of the interval, and one all-gather of each rank's few system values. Both vectors have sizes
-fixed for the whole run (a collective with mismatched sizes would hang), and the data vector
-carries a fingerprint of the tag layout so that ranks logging different data tags are detected
-instead of being averaged wrongly.
+Per aggregation interval a multi-rank job communicates exactly once, however many metrics there
+are: one all-reduce (sum) of a float32 vector holding every data metric of every logged step of
+the interval, followed by one slot per rank for that rank's few system values (each rank fills only
+its own slot, so the sum gathers them). The vector's size is fixed for the whole run (a collective
+with mismatched sizes would hang), and the data part carries a fingerprint of the tag layout so that
+ranks logging different data tags are detected instead of being averaged wrongly.
 """
 
 from __future__ import annotations
@@ -223,6 +223,13 @@ class SystemSummary:
             if value is not None and math.isfinite(value):
                 self._sums[index] += value
                 self._counts[index] += 1
+
+    def pack_slots(self, rank: int, world_size: int) -> np.ndarray:
+        """``world_size`` rows of zeros with this rank's interval means in row ``rank``, flattened:
+        summed over ranks (an all-reduce), it is every rank's row."""
+        slots = np.zeros((world_size, len(SUMMARY_TAGS)), dtype=np.float32)
+        slots[rank] = self.pack()
+        return slots.reshape(-1)
 
     def pack(self) -> np.ndarray:
         with np.errstate(invalid="ignore", divide="ignore"):

@@ -7,12 +7,14 @@ cross-rank aggregation first, according to their kind.
 * model metrics (lr, grad norm): written to the main run by the writing rank, no communication.
 * system metrics (step time, memory): the writing rank's own in the main run, every rank's own in
   ``<run>/rank_<id>/`` when per-rank runs are on, and cross-rank min/max/mean/argmax (plus the
-  slowest ranks when per-rank runs are off) from one all-gather per interval.
+  slowest ranks when per-rank runs are off), carried by the same all-reduce as the data metrics.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from mindformers_tbplugin import bus, metrics
 from mindformers_tbplugin.log import logger
@@ -105,12 +107,14 @@ class MetricRouter:
 
     # -- aggregation --------------------------------------------------------------------------------
     def aggregate(self, step: int) -> None:
-        """The interval's two collectives; every rank must call this at the same steps."""
+        """The interval's one collective; every rank must call this at the same steps."""
         self._last_aggregated_step = step
         self.aggregations += 1
-        vector, tags = self._data.pack(self.topology.holds_data_metrics)
-        reduction = self._data.unpack(self.collectives.all_reduce_sum(vector), tags)
-        gathered = self.collectives.all_gather(self._system.pack())
+        data, tags = self._data.pack(self.topology.holds_data_metrics)
+        system = self._system.pack_slots(self.topology.rank, self.topology.world_size)
+        reduced = self.collectives.all_reduce_sum(np.concatenate([data, system]))
+        reduction = self._data.unpack(reduced[: data.size], tags)
+        gathered = reduced[data.size :].reshape(self.topology.world_size, -1)
         if self.main is None:
             return
         if reduction.mismatch:

@@ -87,6 +87,19 @@ def test_system_summary_names_the_straggler_and_the_slowest_ranks() -> None:
     assert "ranks/device_mem_peak_gb_max" not in values  # no rank reported it
 
 
+def test_system_slots_summed_over_ranks_are_every_ranks_row() -> None:
+    world = 3
+    summed = np.zeros(world * 4, dtype=np.float32)
+    for rank in range(world):
+        summary = SystemSummary()
+        summary.add({"perf/step_time_ms": 10.0 * (rank + 1)})  # memory absent: NaN in its own slot only
+        summed += summary.pack_slots(rank, world)
+    rows = summed.reshape(world, -1)
+    assert rows[:, 0].tolist() == [10.0, 20.0, 30.0]
+    assert np.isnan(rows[:, 1]).all()
+    assert SystemSummary.summarize(rows, topk=0)["ranks/step_time_ms_argmax"] == 2.0
+
+
 def test_writer_rank_rule() -> None:
     assert _topology(0, 1).writer_rank == 0
     assert _topology(3, 8).writer_rank == 0
