@@ -36,7 +36,8 @@ class TensorBoardMonitor(Callback):
 
     Args:
         log_dir: Root folder of the runs; each training gets its own run folder below it. Made
-            absolute against the working directory when the callback is built.
+            absolute against the working directory when the callback is built. The environment
+            variable MFTB_LOG_DIR, set by the msrun launcher, takes its place.
         experiment: Experiment name: the ``{experiment}`` part of the run folder name.
         run_name_pattern: Run folder name; placeholders ``{experiment}``, ``{timestamp}``
             (YYYYmmdd-HHMMSS) and ``{rank}``.
