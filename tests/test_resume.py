@@ -36,11 +36,11 @@ class Resumed:
 def _config(folder: Path, data: Path) -> Path:
     callbacks = [
         {"type": "MFLossMonitor"},
-        {"type": "SlowRank", "auto_register": "rank_hooks.SlowRank"},  # 150 ms per step: time to kill mid-run
+        {"type": "SlowRank", "auto_register": "rank_hooks.SlowRank"},  # 0.4 s per step: time to kill mid-run
         {
             "type": "CheckpointMonitor",
             "prefix": "tiny",
-            "save_checkpoint_steps": 4,
+            "save_checkpoint_steps": 8,
             "keep_checkpoint_max": 10,
             "integrated_save": False,
             "async_save": False,
@@ -59,7 +59,9 @@ def _logged_steps(log_root: Path) -> list[int]:
 def resumed(tmp_path_factory: pytest.TempPathFactory, tiny_data: Path) -> Resumed:
     folder = tmp_path_factory.mktemp("resume")
     config = _config(folder, tiny_data)
-    env = subprocess_env(REGISTER_PATH=str(HELPERS), PYTHONPATH=str(HELPERS), MFTB_TEST_SLOW_RANK="0")
+    env = subprocess_env(
+        REGISTER_PATH=str(HELPERS), PYTHONPATH=str(HELPERS), MFTB_TEST_SLOW_RANK="0", MFTB_TEST_SLOW_SECONDS="0.4"
+    )
     first = subprocess.Popen(
         [MFTB, "train", "--config", str(config)],
         cwd=folder,
@@ -69,7 +71,8 @@ def resumed(tmp_path_factory: pytest.TempPathFactory, tiny_data: Path) -> Resume
     )
     deadline = time.monotonic() + 300
     while first.poll() is None and time.monotonic() < deadline:
-        if max(_logged_steps(folder / "tb"), default=0) >= 14:
+        # Checkpoints at 8 and 16: kill at step 10-11, seconds before the second one.
+        if max(_logged_steps(folder / "tb"), default=0) >= 10:
             first.send_signal(signal.SIGKILL)
             break
         time.sleep(0.1)

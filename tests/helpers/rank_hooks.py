@@ -1,7 +1,7 @@
 """Test-only callbacks and metrics for multi-rank runs (loaded through REGISTER_PATH/auto_register).
 
-Environment: MFTB_TEST_SLOW_RANK=R makes rank R sleep 150 ms per step; MFTB_TEST_FAIL_RANK=R makes
-rank R raise at step 3.
+Environment: MFTB_TEST_SLOW_RANK=R makes rank R sleep MFTB_TEST_SLOW_SECONDS (default 0.15) per step;
+MFTB_TEST_FAIL_RANK=R makes rank R raise at step 3.
 """
 
 import os
@@ -21,7 +21,7 @@ class SlowRank(Callback):
 
     def on_train_step_end(self, run_context):
         if os.environ.get("MFTB_TEST_SLOW_RANK") == str(_rank()):
-            time.sleep(0.15)
+            time.sleep(float(os.environ.get("MFTB_TEST_SLOW_SECONDS", "0.15")))
 
 
 class FailRank(Callback):
