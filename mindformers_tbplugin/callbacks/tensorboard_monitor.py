@@ -370,8 +370,7 @@ class TensorBoardMonitor(Callback):
             self._add_extra(extra, cb_params, step_metrics)
         self._router.log_step(step_metrics)
         self._last_logged_step = step
-        # From one logged step's end to the next: our own work and any collective count too.
-        self._last_log_time = now
+        self._last_log_time = time.perf_counter()
 
     def _param_norm(self) -> float:
         return metrics.global_norm(p.asnumpy() for p in self._facts.trainable_params)
