@@ -5,11 +5,9 @@ Tag names are spelled here and nowhere else; a tag's meaning never changes betwe
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -48,16 +46,26 @@ VS_SAMPLES_SUFFIX = "_vs_samples"
 VS_TOKENS_SUFFIX = "_vs_tokens"
 # Tags that get "vs samples"/"vs tokens" twins when those x-axes are enabled.
 X_AXIS_VARIANT_TAGS = (TRAIN_LOSS, TRAIN_LR)
+# Net outputs 1-4 in MindFormers' layout, after the loss.
+_OUTPUT_TAGS = (TRAIN_OVERFLOW, TRAIN_LOSS_SCALE, TRAIN_LR, TRAIN_GRAD_NORM)
 
 
-@dataclass
 class StepMetrics:
-    """One logged step's values, grouped by kind."""
+    """One logged step's values, grouped by kind. A plain class: one is built per logged step."""
 
-    step: int
-    data: dict[str, float] = field(default_factory=dict)
-    model: dict[str, float] = field(default_factory=dict)
-    system: dict[str, float] = field(default_factory=dict)
+    __slots__ = ("data", "model", "step", "system")
+
+    def __init__(
+        self,
+        step: int,
+        data: dict[str, float] | None = None,
+        model: dict[str, float] | None = None,
+        system: dict[str, float] | None = None,
+    ) -> None:
+        self.step = step
+        self.data = {} if data is None else data
+        self.model = {} if model is None else model
+        self.system = {} if system is None else system
 
     def by_kind(self, kind: MetricKind) -> dict[str, float]:
         return {MetricKind.DATA: self.data, MetricKind.MODEL: self.model, MetricKind.SYSTEM: self.system}[kind]
@@ -67,47 +75,47 @@ class StepMetrics:
 
 
 def _scalar(value: Any) -> float | None:
-    """A float from a Tensor / numpy array / Python number (mean of an array), None if absent."""
+    """A float from a Tensor / numpy array / Python number (mean of an array), None if absent.
+
+    The one-element case comes first and costs one ``item()`` call: it runs for five tensors at every
+    logged step, when the training has just evicted the interpreter's data from the CPU caches, so
+    each extra Python-level check shows in the step time.
+    """
     if value is None:
         return None
-    if hasattr(value, "asnumpy"):
-        if getattr(value, "size", 0) == 1:
-            # One element: item() copies it out directly; asnumpy() builds an array through the buffer
-            # protocol, whose format string numpy parses in Python (~4 µs per tensor, 5 tensors per step).
-            with contextlib.suppress(TypeError, ValueError, RuntimeError):
-                return float(value.item())
-        value = value.asnumpy()
-    if hasattr(value, "mean") and getattr(value, "size", 1) != 1:
-        value = value.mean()
+    try:
+        return float(value.item())
+    except AttributeError:  # a Python number
+        pass
+    except (TypeError, ValueError, RuntimeError):  # several elements: their mean
+        if hasattr(value, "asnumpy"):
+            value = value.asnumpy()
+        value = value.mean() if hasattr(value, "mean") else value
     try:
         return float(value)
     except (TypeError, ValueError):
         return None
 
 
-@dataclass(frozen=True)
-class TrainOutputs:
-    loss: float | None
-    overflow: float | None
-    loss_scale: float | None
-    lr: float | None
-    grad_norm: float | None
-
-
-def read_net_outputs(net_outputs: Any) -> TrainOutputs:
-    """Read a step's network outputs.
+def train_metrics(step: int, net_outputs: Any) -> StepMetrics:
+    """The must-have and diagnostic training tags of one step's network outputs.
 
     MindFormers' train wrappers return ``(loss, overflow, loss_scale[, lr[, global_norm[, ...]]])``
     (the layout MFLossMonitor reads); a plain MindSpore network returns the loss alone.
     """
+    model: dict[str, float] = {}
     if isinstance(net_outputs, (tuple, list)):
         if len(net_outputs) in (3, 4, 5, 7):
-            loss, overflow, loss_scale, *rest = net_outputs
-            lr = rest[0] if rest else None
-            grad_norm = rest[1] if len(rest) >= 2 else None
-            return TrainOutputs(_scalar(loss), _scalar(overflow), _scalar(loss_scale), _scalar(lr), _scalar(grad_norm))
-        net_outputs = net_outputs[0] if net_outputs else None
-    return TrainOutputs(_scalar(net_outputs), None, None, None, None)
+            loss = _scalar(net_outputs[0])
+            for tag, value in zip(_OUTPUT_TAGS, net_outputs[1:5], strict=False):
+                number = _scalar(value)
+                if number is not None:
+                    model[tag] = number
+        else:
+            loss = _scalar(net_outputs[0]) if net_outputs else None
+    else:
+        loss = _scalar(net_outputs)
+    return StepMetrics(step, {} if loss is None else {TRAIN_LOSS: loss}, model)
 
 
 def static_learning_rate(optimizer: Any) -> float | None:
@@ -115,22 +123,6 @@ def static_learning_rate(optimizer: Any) -> float | None:
     if optimizer is None or getattr(optimizer, "dynamic_lr", True) or getattr(optimizer, "is_group_lr", False):
         return None
     return _scalar(getattr(optimizer, "learning_rate", None))
-
-
-def train_metrics(step: int, outputs: TrainOutputs) -> StepMetrics:
-    """The must-have and diagnostic training tags that ``outputs`` can provide."""
-    metrics = StepMetrics(step)
-    if outputs.loss is not None:
-        metrics.data[TRAIN_LOSS] = outputs.loss
-    for tag, value in (
-        (TRAIN_LR, outputs.lr),
-        (TRAIN_GRAD_NORM, outputs.grad_norm),
-        (TRAIN_LOSS_SCALE, outputs.loss_scale),
-        (TRAIN_OVERFLOW, outputs.overflow),
-    ):
-        if value is not None:
-            metrics.model[tag] = value
-    return metrics
 
 
 def throughput(step_time_s: float, samples_per_step: float | None, tokens_per_sample: int | None) -> dict[str, float]:

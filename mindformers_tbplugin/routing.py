@@ -62,12 +62,11 @@ class MetricRouter:
 
     # -- per step ---------------------------------------------------------------------------------
     def log_step(self, step_metrics: StepMetrics) -> None:
+        """A logged step of the training loop; every rank calls this at the same steps."""
         step = step_metrics.step
         if self._last_aggregated_step is None:
             self._last_aggregated_step = step - 1
-        self._route(step, step_metrics.data, MetricKind.DATA)
-        self._route(step, step_metrics.model, MetricKind.MODEL)
-        self._route(step, step_metrics.system, MetricKind.SYSTEM)
+        self._write(step_metrics)
         if self._system is not None:
             self._system.add(step_metrics.system)
         every = self.options.aggregate_every
@@ -75,22 +74,28 @@ class MetricRouter:
             self.aggregate(step)
 
     def log_values(self, step: int, values: dict[str, float], kind: MetricKind) -> None:
-        """Custom values (log_scalars) at ``step``, treated like built-in metrics of ``kind``."""
-        self._route(step, values, kind)
+        """Custom values (log_scalars) at ``step``, treated like built-in metrics of ``kind``. Never
+        triggers the collective: user code may log on some ranks only."""
+        if values:
+            self._write(StepMetrics(step, **{kind.value: values}))
 
-    def _route(self, step: int, values: dict[str, float], kind: MetricKind) -> None:
-        if not values:
-            return
-        if self.rank_run is not None and (kind is MetricKind.SYSTEM or self.options.rank_policy == "all"):
-            self.rank_run.add_scalars(step, values)
-        if kind is MetricKind.DATA and self._data is not None:
-            self._data.add(step, values)
-            return
-        if self.main is None:
-            return
-        if kind is MetricKind.DATA and self.topology.world_size > 1:
-            values = {LOCAL_PREFIX + tag: value for tag, value in values.items()}
-        self._write_main(step, values)
+    def _write(self, step_metrics: StepMetrics) -> None:
+        """Route one step's values: at most one event per run folder (fewer records to encode)."""
+        step, data, system = step_metrics.step, step_metrics.data, step_metrics.system
+        if self.rank_run is not None:
+            own = step_metrics.merged() if self.options.rank_policy == "all" else system
+            if own:
+                self.rank_run.add_scalars(step, own)
+        main = {**step_metrics.model, **system}
+        if data:
+            if self._data is not None:
+                self._data.add(step, data)
+            elif self.topology.world_size > 1:
+                main.update({LOCAL_PREFIX + tag: value for tag, value in data.items()})
+            else:
+                main = {**data, **main}
+        if self.main is not None and main:
+            self._write_main(step, main)
 
     def _write_main(self, step: int, values: dict[str, float]) -> None:
         self.main.add_scalars(step, values)

@@ -27,7 +27,7 @@ from mindformers_tbplugin.ranks import (
 )
 from mindformers_tbplugin.routing import MetricRouter, RouterOptions
 from mindformers_tbplugin.schema import ConfigError, Problem, Range, check_entry
-from mindformers_tbplugin.system_stats import DeviceMemory, HostMemory
+from mindformers_tbplugin.system_stats import MemoryReadings
 from mindformers_tbplugin.writer import RunWriter, get_writer, on_sigterm, remove_sigterm_listener
 
 
@@ -46,7 +46,7 @@ class TensorBoardMonitor(Callback):
         param_norm_every: Write ``train/param_norm`` (a pass over all parameters) every this many
             steps; 0 turns it off.
         log_memory: Write host RSS (``system/host_rss_gb``) and device memory where the backend
-            reports it.
+            reports it, read at most once per second.
         vs_samples: Also write ``train/loss_vs_samples`` and ``train/lr_vs_samples``, whose x axis is
             the number of samples consumed.
         vs_tokens: Also write ``train/loss_vs_tokens`` and ``train/lr_vs_tokens``, whose x axis is the
@@ -161,8 +161,7 @@ class TensorBoardMonitor(Callback):
         self.resumed_from: int | None = None  # the restored step, when this run continues another
         self._run_info = run_info.RunInfoOptions(hparams=log_hparams, config=log_config, graph=log_graph)
         self._eval_recorder = EvalRecorder(self._log_eval) if log_eval else None
-        self._host_memory = HostMemory() if log_memory else None
-        self._device_memory = DeviceMemory() if log_memory else None
+        self._memory = MemoryReadings() if log_memory else None
 
         self.run_dir: Path | None = None
         self.rank_run_dir: Path | None = None
@@ -345,27 +344,26 @@ class TensorBoardMonitor(Callback):
         return writer
 
     def _step_end(self, run_context: Any) -> None:
+        # Runs at every step: kept to few Python-level operations (see BENCHMARKS.md).
         cb_params = run_context.original_args()
         step = self._step = self._step_offset + int(cb_params.cur_step_num)
         steps_done = step - self._last_logged_step
         if steps_done < self.log_every:
             return
         now = time.perf_counter()
-        step_metrics = metrics.train_metrics(step, metrics.read_net_outputs(cb_params.net_outputs))
-        if self._loss_divisor != 1.0 and metrics.TRAIN_LOSS in step_metrics.data:
-            step_metrics.data[metrics.TRAIN_LOSS] /= self._loss_divisor
-        if metrics.TRAIN_LR not in step_metrics.model and self._static_lr is not None:
-            step_metrics.model[metrics.TRAIN_LR] = self._static_lr
+        step_metrics = metrics.train_metrics(step, cb_params.net_outputs)
+        data, model, system = step_metrics.data, step_metrics.model, step_metrics.system
+        if self._loss_divisor != 1.0 and metrics.TRAIN_LOSS in data:
+            data[metrics.TRAIN_LOSS] /= self._loss_divisor
+        if self._static_lr is not None and metrics.TRAIN_LR not in model:
+            model[metrics.TRAIN_LR] = self._static_lr
         if self._last_log_time is not None:
             step_time = (now - self._last_log_time) / steps_done
-            step_metrics.system.update(
-                metrics.throughput(step_time, self._facts.samples_per_step, self._facts.tokens_per_sample)
-            )
-        if self._host_memory is not None:
-            step_metrics.system.update(self._host_memory.read())
-            step_metrics.system.update(self._device_memory.read())
+            system.update(metrics.throughput(step_time, self._facts.samples_per_step, self._facts.tokens_per_sample))
+        if self._memory is not None:
+            system.update(self._memory.read(now))
         if self.param_norm_every and step // self.param_norm_every > self._last_logged_step // self.param_norm_every:
-            step_metrics.model[metrics.TRAIN_PARAM_NORM] = self._param_norm()
+            model[metrics.TRAIN_PARAM_NORM] = self._param_norm()
         for extra in self.extra_metrics:
             self._add_extra(extra, cb_params, step_metrics)
         self._router.log_step(step_metrics)
@@ -419,8 +417,8 @@ class TensorBoardMonitor(Callback):
             if writer is not None:
                 writer.close()
         self._writer = None
-        if self._host_memory is not None:
-            self._host_memory.close()
+        if self._memory is not None:
+            self._memory.close()
 
     def _guard(self, key: str, fn: Any, *args: Any) -> None:
         """Run ``fn``; on error warn once and carry on: monitoring never stops training."""
