@@ -43,7 +43,7 @@ MFTB_AGG10 = "+ TensorBoardMonitor, log_every 1, aggregate_every 10"
 MFTB_AGG1 = "+ TensorBoardMonitor, log_every 1, aggregate_every 1"
 
 
-def _env() -> dict[str, str]:
+def train_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env.pop("MFTB_NO_AUTOREGISTER", None)
@@ -100,7 +100,7 @@ def _write_config(base: Path, folder: Path, variant: str) -> Path:
     return path
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
@@ -125,14 +125,14 @@ def _run_once(ranks: int, variant: str, data: Path, samples: int) -> tuple[list[
                 "--worker_num",
                 str(ranks),
                 "--master_port",
-                str(_free_port()),
+                str(free_port()),
                 "--output_dir",
                 str(folder / "output"),
                 "--",
                 *data_args,
             ]
             log_file = folder / "output" / "msrun_log" / "0" / "worker_0.log"
-        result = subprocess.run(argv, cwd=folder, env=_env(), capture_output=True, text=True, timeout=900)
+        result = subprocess.run(argv, cwd=folder, env=train_env(), capture_output=True, text=True, timeout=900)
         output = result.stdout + result.stderr
         if result.returncode != 0:
             raise RuntimeError(f"{variant} ({ranks} rank(s)) failed:\n{output[-3000:]}")
@@ -203,10 +203,10 @@ def _noise_note(results: list[VariantResult]) -> str:
     )
 
 
-def _make_data(folder: Path, samples: int) -> Path:
+def make_data(folder: Path, samples: int) -> Path:
     path = folder / "tiny.mindrecord"
     argv = [str(BIN / "mftb"), "make-data", "--output", str(path), "--num_samples", str(samples)]
-    subprocess.run(argv, env=_env(), check=True, capture_output=True)
+    subprocess.run(argv, env=train_env(), check=True, capture_output=True)
     return path
 
 
@@ -215,7 +215,7 @@ def markdown_section(quick: bool) -> tuple[str, list[str]]:
     dp2_rounds, dp2_steps = (0, 0) if quick else (5, 150)
     missed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="mftb-bench-data-") as name:
-        data = _make_data(Path(name), max(steps * 2, dp2_steps * 4))
+        data = make_data(Path(name), max(steps * 2, dp2_steps * 4))
         single = measure(1, [BASELINE, MFTB_1, BUILTIN], rounds, steps, data)
         dual = measure(2, [BASELINE, MFTB_AGG10, MFTB_AGG1], dp2_rounds, dp2_steps, data) if dp2_rounds else []
     by_name = {r.variant: r for r in single}

@@ -1,0 +1,98 @@
+"""A benchmark-only callback: TensorBoardMonitor switched on and off in blocks of steps, in one training.
+
+Loaded through MindFormers' ``auto_register`` (``mftb train --register_path benchmarks/probe``). The
+probe owns a real TensorBoardMonitor and forwards MindSpore's hooks to it; a step's ``step_end`` is
+forwarded only in the "on" blocks (pattern off, on, on, off, repeated, so that a linear drift of the
+machine's speed cancels within each group of four). Every step's start time is stamped, so step ``s``
+lasts from its start to the next one's and contains every callback's ``step_end`` of step ``s``.
+The same process, compiled graph and memory layout serve both variants, which removes the
+run-to-run noise that separate trainings carry. The pattern depends on the step alone, so under msrun
+every rank switches at the same steps and the monitor's collectives stay matched.
+
+At train end each rank writes ``<output>/rank_<id>.json``: step start stamps, which steps were on, the training-thread
+seconds spent inside the monitor's ``step_end``, and the CPU seconds the monitor's writer thread
+spent from step ``warmup_steps`` to the end (after the one-off records of train begin).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from mindspore.train import Callback
+
+from mindformers_tbplugin import TensorBoardMonitor
+
+BLOCK_PATTERN = (False, True, True, False)
+
+
+def _thread_cpu_seconds(prefix: str) -> float:
+    total = 0.0
+    for thread in threading.enumerate():
+        if thread.name.startswith(prefix) and thread.ident is not None:
+            try:
+                total += time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+            except OSError:  # the thread ended between enumerate() and the read
+                continue
+    return total
+
+
+class OverheadProbe(Callback):
+    def __init__(
+        self, block: int = 10, warmup_steps: int = 20, output: str = "probe", monitor: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__()
+        self.block = block
+        self.warmup_steps = warmup_steps
+        self.writer_cpu_at_warmup = 0.0
+        self.output = Path(output)
+        self.monitor = TensorBoardMonitor(**(monitor or {}))
+        self.starts: list[float] = []
+        self.on_steps: list[int] = []
+        self.inside_seconds: list[float] = []
+
+    def __enter__(self) -> OverheadProbe:
+        self.monitor.__enter__()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.monitor.__exit__(*exc_info)
+
+    def _is_on(self, step: int) -> bool:
+        return BLOCK_PATTERN[(step // self.block) % len(BLOCK_PATTERN)]
+
+    def on_train_begin(self, run_context: Any) -> None:
+        self.monitor.on_train_begin(run_context)
+
+    def on_train_step_begin(self, run_context: Any) -> None:
+        self.starts.append(time.perf_counter())
+        self.monitor.on_train_step_begin(run_context)
+
+    def on_train_step_end(self, run_context: Any) -> None:
+        step = int(run_context.original_args().cur_step_num)
+        if step == self.warmup_steps:
+            self.writer_cpu_at_warmup = _thread_cpu_seconds("mftb-writer")
+        if not self._is_on(step):
+            return
+        began = time.perf_counter()
+        self.monitor.on_train_step_end(run_context)
+        self.inside_seconds.append(time.perf_counter() - began)
+        self.on_steps.append(step)
+
+    def on_train_end(self, run_context: Any) -> None:
+        writer_cpu = _thread_cpu_seconds("mftb-writer") - self.writer_cpu_at_warmup  # before the writer closes
+        self.monitor.on_train_end(run_context)
+        record = {
+            "starts": self.starts,
+            "on_steps": self.on_steps,
+            "inside_seconds": self.inside_seconds,
+            "writer_cpu_seconds": writer_cpu,
+            "block": self.block,
+            "warmup_steps": self.warmup_steps,
+        }
+        self.output.mkdir(parents=True, exist_ok=True)
+        (self.output / f"rank_{os.environ.get('RANK_ID', '0')}.json").write_text(json.dumps(record))
