@@ -8,9 +8,13 @@ each step's start. Each group of four blocks gives one ratio (interquartile mean
 over that of its "off" steps); the estimate is the median of those ratios, with a bootstrap 95%
 interval over the groups.
 
-The writer thread drains its queue every 0.2 s, so its work spills from "on" blocks into "off" ones
-and the comparison above does not see it. The accounting below adds it back: the training-thread time
-spent inside the monitor plus the writer thread's CPU time, per logged step, over the step time.
+The writer thread drains its queue once a second, so its work spills from "on" blocks into "off" ones
+and the block comparison cannot attribute it: its CPU time per logged step is measured and added. The
+verdict per rank count: median group ratio over all its trainings, plus the writer share, <= +1%.
+
+Also shown: the time spent inside the monitor's ``step_end``. With several ranks its mean includes
+waiting in the monitor's all-reduce for the slower rank, a wait the training's own gradient all-reduce
+would otherwise have had; the block comparison shows what is left of it.
 """
 
 from __future__ import annotations
@@ -44,6 +48,13 @@ WARMUP_STEPS = 20  # compilation, first allocations, the monitor's one-off recor
 BOOTSTRAP_SAMPLES = 2000
 
 
+def median_with_interval(ratios: list[float], seed: int = 0) -> tuple[float, float, float]:
+    """Median of ``ratios`` and its bootstrap 95% interval."""
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(BOOTSTRAP_SAMPLES))
+    return statistics.median(ratios), medians[int(0.025 * BOOTSTRAP_SAMPLES)], medians[-int(0.025 * BOOTSTRAP_SAMPLES)]
+
+
 @dataclass
 class ProbeResult:
     group_ratios: list[float]
@@ -55,20 +66,9 @@ class ProbeResult:
     steps: int
 
     @property
-    def ratio(self) -> float:
-        return statistics.median(self.group_ratios)
-
-    def interval(self, seed: int = 0) -> tuple[float, float]:
-        """Bootstrap 95% interval of the median group ratio."""
-        rng = random.Random(seed)
-        ratios = self.group_ratios
-        medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(BOOTSTRAP_SAMPLES))
-        return medians[int(0.025 * BOOTSTRAP_SAMPLES)], medians[int(0.975 * BOOTSTRAP_SAMPLES) - 1]
-
-    @property
-    def accounted(self) -> float:
-        """Monitor time per logged step (training thread mean + writer thread CPU) over the step time."""
-        return (self.inside_mean_us + self.writer_us_per_step) / (self.off_ms * 1000.0)
+    def writer_share(self) -> float:
+        """The writer threads' CPU time per logged step over the step time."""
+        return self.writer_us_per_step / (self.off_ms * 1000.0)
 
 
 def analyse(record: dict) -> ProbeResult:
@@ -130,9 +130,13 @@ def run_probe(ranks: int, steps: int, data: Path) -> ProbeResult:
         return analyse(json.loads(output.read_text()))
 
 
+def _percent(ratio: float) -> str:
+    return f"{(ratio - 1) * 100:+.2f}%"
+
+
 def markdown_section(quick: bool) -> tuple[str, list[str]]:
     # (ranks, trainings, steps per training); 2 ranks only in the full run (an msrun job each).
-    plan = [(1, 1, 400)] if quick else [(1, 3, 2000), (2, 2, 1000)]
+    plan = [(1, 1, 400)] if quick else [(1, 3, 3000), (2, 3, 2000)]
     with tempfile.TemporaryDirectory(prefix="mftb-bench-data-") as name:
         data = make_data(Path(name), max(ranks * steps * 2 for ranks, _, steps in plan))
         results = [(ranks, steps, run_probe(ranks, steps, data)) for ranks, runs, steps in plan for _ in range(runs)]
@@ -144,40 +148,38 @@ def markdown_section(quick: bool) -> tuple[str, list[str]]:
         f"aggregate_every 10) gets the steps of blocks of {BLOCK} in the pattern off, on, on, off "
         f"(`benchmarks/probe/overhead_probe.py`). Steps after {WARMUP_STEPS}; per group of four blocks the ratio "
         "of interquartile means on / off; the median ratio with a bootstrap 95% interval over groups. One "
-        "process for both variants: no process-to-process noise.",
+        "process for both variants: no process-to-process noise. The writer threads' CPU time, which the "
+        "blocks cannot attribute (the writer drains once a second), is measured and added.",
         "",
-        "| ranks | steps | step ms off | step ms on | on vs off (median of group ratios) | 95% interval | groups |",
-        "|---|---|---|---|---|---|---|",
+        "| ranks | training | steps | step ms off | step ms on | on vs off (median of group ratios) | 95% interval "
+        "| groups | writer threads CPU µs/step | inside step_end median µs | mean µs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for ranks, steps, result in results:
-        low, high = result.interval()
-        lines.append(
-            f"| {ranks} | {steps} | {result.off_ms:.2f} | {result.on_ms:.2f} | {(result.ratio - 1) * 100:+.2f}% | "
-            f"{(low - 1) * 100:+.2f}% to {(high - 1) * 100:+.2f}% | {len(result.group_ratios)} |"
-        )
-    lines += [
-        "",
-        "Where the time goes, per logged step: the training thread inside the monitor's `step_end` "
-        "(reading five output tensors, memory, routing, the hand-off; with 2 ranks also the interval's "
-        "all-reduce, spread over its steps) and the writer threads' CPU time (encoding, framing, writing), "
-        "which the block comparison cannot attribute.",
-        "",
-        "| ranks | inside step_end median µs | mean µs | writer threads CPU µs | both, over the step time |",
-        "|---|---|---|---|---|",
-    ]
-    for ranks, _, result in results:
-        lines.append(
-            f"| {ranks} | {result.inside_median_us:.1f} | {result.inside_mean_us:.1f} | "
-            f"{result.writer_us_per_step:.1f} | {result.accounted * 100:.2f}% |"
-        )
-    lines.append("")
-    missed = []
+    verdicts, missed = [], []
     for ranks in sorted({ranks for ranks, _, _ in results}):
-        mine = [result for r, _, result in results if r == ranks]
-        estimate = statistics.median(result.ratio for result in mine) - 1
-        if estimate > TARGET_SLOWDOWN:
-            missed.append(f"{ranks} rank(s), in-process blocks: {estimate * 100:+.2f}% > +{TARGET_SLOWDOWN:.0%}")
-        accounted = max(result.accounted for result in mine)
-        if accounted > TARGET_SLOWDOWN:
-            missed.append(f"{ranks} rank(s): monitor time {accounted * 100:.2f}% of the step > {TARGET_SLOWDOWN:.0%}")
+        mine = [(steps, result) for r, steps, result in results if r == ranks]
+        for index, (steps, result) in enumerate(mine, 1):
+            ratio, low, high = median_with_interval(result.group_ratios)
+            lines.append(
+                f"| {ranks} | {index} | {steps} | {result.off_ms:.2f} | {result.on_ms:.2f} | {_percent(ratio)} | "
+                f"{_percent(low)} to {_percent(high)} | {len(result.group_ratios)} | {result.writer_us_per_step:.1f} "
+                f"| {result.inside_median_us:.1f} | {result.inside_mean_us:.1f} |"
+            )
+        pooled = [ratio for _, result in mine for ratio in result.group_ratios]
+        ratio, low, high = median_with_interval(pooled)
+        writer = statistics.fmean(result.writer_share for _, result in mine)
+        lines.append(
+            f"| {ranks} | all | | | | **{_percent(ratio)}** | {_percent(low)} to {_percent(high)} | {len(pooled)} "
+            f"| {writer * 100:.2f}% of the step | | |"
+        )
+        total = ratio - 1 + writer
+        verdict = (
+            f"{ranks} rank(s): on vs off {_percent(ratio)} + writer threads {writer * 100:.2f}% = {total * 100:+.2f}%"
+        )
+        verdicts.append(f"- {verdict} (target <= +{TARGET_SLOWDOWN:.0%})")
+        if total > TARGET_SLOWDOWN and not quick:  # one short training cannot resolve 1%
+            missed.append(f"{verdict} > +{TARGET_SLOWDOWN:.0%}")
+    lines += ["", *verdicts, ""]
+    if quick:
+        lines += ["Only one short training (`--quick`): indicative, not a verdict.", ""]
     return "\n".join(lines), missed

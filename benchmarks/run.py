@@ -22,6 +22,7 @@ from benchmarks import (
     event_bytes,
     histogram_cost,
     import_cost,
+    monitor_cost,
     queue_memory,
     training_overhead,
     watch_throughput,
@@ -29,7 +30,7 @@ from benchmarks import (
 )
 
 # Modules with markdown_section(quick) -> (text, missed targets), written in this order.
-SECTIONS = [encode_cost, event_bytes, import_cost, queue_memory, training_overhead]
+SECTIONS = [encode_cost, event_bytes, import_cost, queue_memory, training_overhead, monitor_cost]
 
 TARGET_US = 20.0
 TARGET_RATIO = 50.0

@@ -185,14 +185,13 @@ class DataAggregator:
         if np.any((bits != 0) & (bits != holders)):
             return DataReduction(pending, mismatch=True, local_only=[])
         block = self.capacity_steps * MAX_DATA_TAGS
-        sums = reduced[1 + _FINGERPRINT_BITS : 1 + _FINGERPRINT_BITS + block].reshape(self.capacity_steps, -1)
-        counts = reduced[1 + _FINGERPRINT_BITS + block :].reshape(self.capacity_steps, -1)
+        # Python lists: a handful of numbers, where numpy's per-element access costs more than it saves.
+        sums = reduced[1 + _FINGERPRINT_BITS : 1 + _FINGERPRINT_BITS + block].reshape(self.capacity_steps, -1).tolist()
+        counts = reduced[1 + _FINGERPRINT_BITS + block :].reshape(self.capacity_steps, -1).tolist()
         steps = []
-        for row, (step, _) in enumerate(pending):
+        for (step, _), row_sums, row_counts in zip(pending, sums, counts, strict=False):
             means = {
-                tag: float(sums[row, column] / counts[row, column])
-                for column, tag in enumerate(tags)
-                if counts[row, column] > 0
+                tag: row_sums[column] / row_counts[column] for column, tag in enumerate(tags) if row_counts[column] > 0
             }
             steps.append((step, means))
         return DataReduction(steps, mismatch=False, local_only=local_only)
@@ -214,8 +213,8 @@ class SystemSummary:
     """Interval means of a rank's system values, gathered from all ranks into cross-rank stats."""
 
     def __init__(self) -> None:
-        self._sums = np.zeros(len(SUMMARY_TAGS), dtype=np.float64)
-        self._counts = np.zeros(len(SUMMARY_TAGS), dtype=np.float64)
+        self._sums = [0.0] * len(SUMMARY_TAGS)  # per step: plain floats, cheaper than numpy elements
+        self._counts = [0] * len(SUMMARY_TAGS)
 
     def add(self, values: dict[str, float]) -> None:
         for index, tag in enumerate(SUMMARY_TAGS):
@@ -231,30 +230,34 @@ class SystemSummary:
         slots[rank] = self.pack()
         return slots.reshape(-1)
 
-    def pack(self) -> np.ndarray:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            means = np.where(self._counts > 0, self._sums / np.maximum(self._counts, 1), np.nan).astype(np.float32)
-        self._sums[:] = 0
-        self._counts[:] = 0
+    def pack(self) -> list[float]:
+        means = [total / count if count else math.nan for total, count in zip(self._sums, self._counts, strict=True)]
+        self._sums = [0.0] * len(SUMMARY_TAGS)
+        self._counts = [0] * len(SUMMARY_TAGS)
         return means
 
     @staticmethod
     def summarize(gathered: np.ndarray, topk: int) -> dict[str, float]:
         """``ranks/<metric>_{min,max,mean,argmax}`` plus the ``topk`` slowest ranks by step time."""
         values: dict[str, float] = {}
+        # Whole-column numpy reductions (a few calls whatever the world size), NaN = no value.
+        known = ~np.isnan(gathered)
+        counts = known.sum(axis=0).tolist()
+        lows = np.where(known, gathered, np.inf).min(axis=0).tolist()
+        for_max = np.where(known, gathered, -np.inf)
+        highs, argmaxes = for_max.max(axis=0).tolist(), for_max.argmax(axis=0).tolist()
+        totals = np.where(known, gathered, 0.0).sum(axis=0, dtype=np.float64).tolist()
         for index, tag in enumerate(SUMMARY_TAGS):
-            column = gathered[:, index]
-            known = ~np.isnan(column)
-            if not known.any():
+            if not counts[index]:
                 continue
             name = "ranks/" + tag.split("/", 1)[1]
-            values[f"{name}_min"] = float(np.nanmin(column))
-            values[f"{name}_max"] = float(np.nanmax(column))
-            values[f"{name}_mean"] = float(np.nanmean(column))
-            values[f"{name}_argmax"] = float(np.nanargmax(column))
+            values[f"{name}_min"] = lows[index]
+            values[f"{name}_max"] = highs[index]
+            values[f"{name}_mean"] = totals[index] / counts[index]
+            values[f"{name}_argmax"] = float(argmaxes[index])
         step_times = gathered[:, 0]
-        if topk and not np.isnan(step_times).all():
-            order = np.argsort(np.where(np.isnan(step_times), -np.inf, step_times))[::-1][:topk]
+        if topk and counts[0]:
+            order = np.argsort(np.where(np.isnan(step_times), -np.inf, step_times))[::-1][:topk].tolist()
             for place, rank in enumerate(order, start=1):
                 values[f"ranks/slowest_{place}_rank"] = float(rank)
                 values[f"ranks/slowest_{place}_step_time_ms"] = float(step_times[rank])

@@ -154,7 +154,7 @@ class RunWriter:
         run_dir: str | os.PathLike,
         flush_secs: float = 5.0,
         max_queue: int = 100_000,
-        poll_secs: float = 0.2,
+        poll_secs: float = 1.0,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.flush_secs = float(flush_secs)
@@ -224,16 +224,19 @@ class RunWriter:
 
     # -- writer thread ---------------------------------------------------------------------------
     def _run(self) -> None:
-        last_flush = time.monotonic()
+        # Wakes every poll_secs, and just in time for each flush, so that a flush always carries
+        # everything queued before it. Each wake costs ~0.3 ms of CPU in a training process (its
+        # code and data are cold by then), hence a second rather than a fraction of one.
+        next_flush = time.monotonic() + self.flush_secs
         while True:
-            self._wake.wait(self._poll_secs)
+            self._wake.wait(min(self._poll_secs, max(next_flush - time.monotonic(), 0.0)))
             self._wake.clear()
             finished = self._drain()
             if finished:
                 return
-            if time.monotonic() - last_flush >= self.flush_secs:
+            if time.monotonic() >= next_flush:
                 self._flush_file()
-                last_flush = time.monotonic()
+                next_flush = time.monotonic() + self.flush_secs
 
     def _drain(self) -> bool:
         """Write all queued items. Returns True once a close request has been handled."""

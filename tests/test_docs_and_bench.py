@@ -66,3 +66,8 @@ def test_benchmark_harness_writes_a_table(tmp_path: Path) -> None:
     assert re.search(r"\| max_queue 10,000 \| \d+ \| [0-9.]+ \| 10,000 \| [\d,]+ \| 1 \|", text)
     assert re.search(r"\| MFLossMonitor only \| [0-9.]+ \| [0-9.]+-[0-9.]+ \| baseline \|", text)
     assert re.search(r"\| \+ TensorBoardMonitor, log_every 1 \| [0-9.]+ \| [0-9.-]+ \| [+-][0-9.]+% \|", text)
+    # TensorBoardMonitor switched on and off in blocks within one real training
+    assert re.search(
+        r"\| 1 \| 1 \| 400 \| [0-9.]+ \| [0-9.]+ \| [+-][0-9.]+% \| [+-][0-9.]+% to [+-][0-9.]+% \| \d+ \|", text
+    )
+    assert re.search(r"- 1 rank\(s\): on vs off [+-][0-9.]+% \+ writer threads [0-9.]+% = [+-][0-9.]+%", text)
