@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import HELPERS, MFTB, REPO, TINY_CONFIG, mf_losses, read_scalars, run_dirs, subprocess_env
+from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 
 LAUNCH = REPO / "scripts" / "msrun_launch.sh"
 DP2_CONFIG = REPO / "configs" / "tiny" / "llama_tiny_cpu_dp2.yaml"
@@ -58,6 +63,7 @@ def _launch(config: Path, output: Path, *args: str, netns: str | None = None, **
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,
     )
 
 
@@ -254,3 +260,92 @@ def test_a_crashing_rank_fails_the_launch_and_is_named(tmp_path: Path, tiny_data
     assert job.returncode != 0
     assert "msrun_launch: rank 1 failed" in job.stderr
     assert "rank 1 failed on purpose" in job.stderr
+
+
+RESUME_STEPS = 20
+
+
+def _kill_job(launcher: subprocess.Popen[str], config: Path) -> None:
+    """SIGKILL every process of a job, as a node failure would: the launcher's session, and msrun's
+    workers, which are not in it but have the config path on their command line."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(launcher.pid, signal.SIGKILL)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if str(config).encode() in (entry / "cmdline").read_bytes():
+                os.kill(int(entry.name), signal.SIGKILL)
+
+
+def _scalar_points(run_dir: Path, tag: str) -> list[tuple[int, float]]:
+    """(step, wall time) of a tag's points as TensorBoard shows them (restart purges applied)."""
+    accumulator = EventAccumulator(str(run_dir), size_guidance={SCALARS: 0})
+    accumulator.Reload()
+    return [(e.step, e.wall_time) for e in accumulator.Scalars(tag)] if tag in accumulator.Tags()["scalars"] else []
+
+
+def test_a_killed_msrun_job_resumes_into_the_same_runs(tmp_path: Path, tiny_data: Path) -> None:
+    """Every rank of a resumed job continues the run of the killed one, and TensorBoard shows each
+    series once, the resumed attempt's points after the checkpoint."""
+    config = yaml.safe_load(DP2_CONFIG.read_text())
+    config["train_dataset"]["data_loader"]["dataset_dir"] = str(tiny_data)
+    config["train_dataset"]["data_loader"]["num_samples"] = 2 * RESUME_STEPS
+    config["train_dataset_task"]["dataset_config"] = config["train_dataset"]
+    config["callbacks"] = [
+        {"type": "MFLossMonitor"},
+        {"type": "SlowRank", "auto_register": "rank_hooks.SlowRank"},  # 0.4 s per step: time to kill mid-run
+        {
+            "type": "CheckpointMonitor",
+            "prefix": "tiny",
+            "save_checkpoint_steps": 8,
+            "keep_checkpoint_max": 10,
+            "integrated_save": False,
+            "async_save": False,
+        },
+        {"type": "TensorBoardMonitor", "experiment": "dpres", "flush_secs": 0.2},
+    ]
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    output = tmp_path / "out"
+    # MindFormers' multi-rank checkpoint loading calls Barrier, which has no CPU kernel: this entry
+    # puts an all-reduce in its place (see the helper). Both attempts use it.
+    entry = ("--entry", str(HELPERS / "train_with_cpu_barrier.py"))
+    slow = {"MFTB_TEST_SLOW_RANK": "0", "MFTB_TEST_SLOW_SECONDS": "0.4"}
+
+    first = _launch(path, output, "--worker_num", "2", "--master_port", str(_free_port()), *entry, **slow)
+    deadline = time.monotonic() + 300
+    while first.poll() is None and time.monotonic() < deadline:
+        runs = run_dirs(output / "tensorboard")
+        # Checkpoints at 8 and 16; the loss is written when an interval (10 steps) is averaged.
+        if runs and max((step for step, _ in _scalar_points(runs[0], "train/loss")), default=0) >= 10:
+            _kill_job(first, path)
+            break
+        time.sleep(0.2)
+    first.communicate(timeout=60)
+    assert first.returncode == -signal.SIGKILL, "the first attempt ended before it could be killed"
+    checkpoint_steps = {
+        json.loads((output / "checkpoint" / f"rank_{rank}" / "meta.json").read_text())["last_step"] for rank in (0, 1)
+    }
+    assert checkpoint_steps == {8}
+
+    resume_started = time.time()
+    resume = ("--resume_training", "True", "--load_checkpoint", str(output / "checkpoint"))
+    second = _launch(
+        path, output, "--worker_num", "2", "--master_port", str(_free_port()), *entry, "--", *resume, **slow
+    )
+    job = _finish(second, output)
+    assert job.returncode == 0, job.stderr[-3000:] + job.worker_log(0, 0)[-3000:]
+
+    (run,) = run_dirs(output / "tensorboard")  # the killed job's run, continued
+    for run_dir, tag in [
+        (run, "train/loss"),
+        (run / "rank_0", "perf/step_time_ms"),
+        (run / "rank_1", "perf/step_time_ms"),
+    ]:
+        assert len(list(run_dir.glob("*tfevents*"))) == 2, run_dir  # one file per attempt
+        points = _scalar_points(run_dir, tag)
+        assert [step for step, _ in points] == list(range(1, RESUME_STEPS + 1)), (run_dir, tag)
+        assert all(wall < resume_started for step, wall in points if step <= 8), (run_dir, tag)
+        assert all(wall >= resume_started for step, wall in points if step > 8), (run_dir, tag)
+    assert [(step, value) for step, value in read_scalars(run)["meta/restart"]] == [(9, 8.0)]
