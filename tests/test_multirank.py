@@ -349,3 +349,42 @@ def test_a_killed_msrun_job_resumes_into_the_same_runs(tmp_path: Path, tiny_data
         assert all(wall < resume_started for step, wall in points if step <= 8), (run_dir, tag)
         assert all(wall >= resume_started for step, wall in points if step > 8), (run_dir, tag)
     assert [(step, value) for step, value in read_scalars(run)["meta/restart"]] == [(9, 8.0)]
+
+
+def _small_job(tmp_path: Path, tiny_data: Path, **monitor_options: object) -> Job:
+    """2 ranks, 8 steps, aggregate_every 4, rank 1 slowed; TensorBoardMonitor options changed."""
+    path = _config(
+        tmp_path, tiny_data, num_samples=16, aggregate_every=4, data_parallel=2, extra_metric="one_data_metric"
+    )
+    config = yaml.safe_load(path.read_text())
+    config["callbacks"][-1].update(monitor_options)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    process = _launch(
+        path, tmp_path / "out", "--worker_num", "2", "--master_port", str(_free_port()), MFTB_TEST_SLOW_RANK="1"
+    )
+    job = _finish(process, tmp_path / "out")
+    assert job.returncode == 0, job.stderr[-3000:] + job.worker_log(0, 0)[-3000:]
+    return job
+
+
+def test_without_per_rank_runs_the_main_run_names_the_slowest_ranks(tmp_path: Path, tiny_data: Path) -> None:
+    job = _small_job(tmp_path, tiny_data, per_rank_limit=1, topk_ranks=2)  # world size 2 > limit: "auto" is off
+    assert not [p for p in job.run_dir.iterdir() if p.is_dir()]
+    main = read_scalars(job.run_dir)
+    assert [(s, v) for s, v in main["ranks/slowest_1_rank"]] == [(4, 1.0), (8, 1.0)]
+    assert [v for _, v in main["ranks/slowest_2_rank"]] == [0.0, 0.0]
+    assert all(value > 150 for _, value in main["ranks/slowest_1_step_time_ms"])  # the 150 ms sleep
+
+
+def test_rank_policy_all_gives_every_rank_its_own_values(tmp_path: Path, tiny_data: Path) -> None:
+    job = _small_job(tmp_path, tiny_data, rank_policy="all", per_rank_system=False)
+    for rank in (0, 1):
+        own = read_scalars(job.run_dir / f"rank_{rank}")
+        printed = mf_losses(job.worker_log(0, rank))
+        # This rank's own loss at every step, unaveraged, with the model and system tags.
+        losses = dict(own["train/loss"])
+        assert sorted(losses) == list(range(1, 9))
+        assert all(abs(value - printed[step][0]) <= 1e-5 for step, value in losses.items()), (losses, printed)
+        assert {"train/lr", "perf/step_time_ms", "custom/d0"} <= set(own)
+        assert {v for _, v in own["custom/d0"]} == {float(rank)}
+    assert {v for _, v in read_scalars(job.run_dir)["custom/d0"]} == {0.5}  # the main run still averages
