@@ -55,6 +55,9 @@ class MetricRouter:
         self._last_aggregated_step: int | None = None
         self._warned: set[str] = set()
         self.aggregations = 0
+        self.stop_agreed = False  # a rank asked the job to stop (bus.request_job_stop): every rank stops
+        if self.collectives is not None:
+            bus.add_stop_carrier()
 
     @property
     def aggregating(self) -> bool:
@@ -117,9 +120,11 @@ class MetricRouter:
         self.aggregations += 1
         data, tags = self._data.pack(self.topology.holds_data_metrics)
         system = self._system.pack_slots(self.topology.rank, self.topology.world_size)
-        reduced = self.collectives.all_reduce_sum(np.concatenate([data, system]))
+        stop = np.array([1.0 if bus.take_stop_request() else 0.0], dtype=np.float32)
+        reduced = self.collectives.all_reduce_sum(np.concatenate([data, system, stop]))
+        self.stop_agreed = self.stop_agreed or bool(reduced[-1] > 0)
         reduction = self._data.unpack(reduced[: data.size], tags)
-        gathered = reduced[data.size :].reshape(self.topology.world_size, -1)
+        gathered = reduced[data.size : -1].reshape(self.topology.world_size, -1)
         if self.main is None:
             return
         if reduction.mismatch:
@@ -154,6 +159,7 @@ class MetricRouter:
         no collective is attempted (other ranks may be gone) and this rank's values are written."""
         if self._data is None:
             return
+        bus.remove_stop_carrier()
         if self._data.pending and clean:
             self.aggregate(self._data.pending[-1][0])
         elif self._data.pending and self.main is not None:

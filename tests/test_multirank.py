@@ -351,13 +351,16 @@ def test_a_killed_msrun_job_resumes_into_the_same_runs(tmp_path: Path, tiny_data
     assert [(step, value) for step, value in read_scalars(run)["meta/restart"]] == [(9, 8.0)]
 
 
-def _small_job(tmp_path: Path, tiny_data: Path, **monitor_options: object) -> Job:
-    """2 ranks, 8 steps, aggregate_every 4, rank 1 slowed; TensorBoardMonitor options changed."""
+def _small_job(
+    tmp_path: Path, tiny_data: Path, steps: int = 8, more_callbacks: tuple[dict, ...] = (), **monitor_options: object
+) -> Job:
+    """2 ranks, aggregate_every 4, rank 1 slowed; TensorBoardMonitor options changed."""
     path = _config(
-        tmp_path, tiny_data, num_samples=16, aggregate_every=4, data_parallel=2, extra_metric="one_data_metric"
+        tmp_path, tiny_data, num_samples=2 * steps, aggregate_every=4, data_parallel=2, extra_metric="one_data_metric"
     )
     config = yaml.safe_load(path.read_text())
     config["callbacks"][-1].update(monitor_options)
+    config["callbacks"] += list(more_callbacks)
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     process = _launch(
         path, tmp_path / "out", "--worker_num", "2", "--master_port", str(_free_port()), MFTB_TEST_SLOW_RANK="1"
@@ -388,3 +391,29 @@ def test_rank_policy_all_gives_every_rank_its_own_values(tmp_path: Path, tiny_da
         assert {"train/lr", "perf/step_time_ms", "custom/d0"} <= set(own)
         assert {v for _, v in own["custom/d0"]} == {float(rank)}
     assert {v for _, v in read_scalars(job.run_dir)["custom/d0"]} == {0.5}  # the main run still averages
+
+
+def test_an_alert_stop_stops_every_rank_at_the_same_step(tmp_path: Path, tiny_data: Path) -> None:
+    """The writer rank's alert fires on the first averaged loss (step 1's, written at the aggregation
+    of step 4); the request rides in the next aggregation (step 8), after which every rank stops: no
+    rank is left waiting."""
+    rule = {"rule": "threshold", "tag": "train/loss", "above": 0.0, "action": "stop"}
+    job = _small_job(tmp_path, tiny_data, steps=16, more_callbacks=({"type": "AlertMonitor", "rules": [rule]},))
+    assert [max(mf_losses(job.worker_log(0, rank))) for rank in (0, 1)] == [8, 8]
+    assert (
+        "AlertMonitor: threshold: train/loss at step 1; every rank stops after the next cross-rank aggregation"
+        in job.worker_log(0, 0)
+    )
+    for rank in (0, 1):
+        assert "a rank asked the job to stop; every rank stops after step 8" in job.worker_log(0, rank)
+    assert [s for s, _ in read_scalars(job.run_dir)["train/loss"]] == list(range(1, 9))
+
+
+def test_without_aggregation_an_alert_stop_is_refused_rather_than_stopping_one_rank(
+    tmp_path: Path, tiny_data: Path
+) -> None:
+    rule = {"rule": "threshold", "tag": "local/train/loss", "above": 0.0, "action": "stop"}
+    alert_monitor = {"type": "AlertMonitor", "rules": [rule]}
+    job = _small_job(tmp_path, tiny_data, more_callbacks=(alert_monitor,), aggregate_every=0)
+    assert [max(mf_losses(job.worker_log(0, rank))) for rank in (0, 1)] == [8, 8]  # nobody stopped, nobody hung
+    assert job.worker_log(0, 0).count("AlertMonitor: action stop not carried out") == 1

@@ -21,7 +21,9 @@ class AlertMonitor(Callback):
     Rules see exactly the values of the main run (after cross-rank aggregation), on the rank that
     writes it, so a TensorBoardMonitor must be in the same ``callbacks:`` list. A rule with
     ``action: stop`` ends training at the end of the step that fired it, through MindSpore's
-    ``run_context.request_stop()``, so checkpoints and event files are closed normally.
+    ``run_context.request_stop()``, so checkpoints and event files are closed normally. With several
+    ranks the request rides in TensorBoardMonitor's next cross-rank aggregation, and every rank stops
+    after that step (at most ``aggregate_every`` steps later).
 
     Args:
         rules: Alert rules, e.g. ``[{rule: nonfinite, action: stop}, {rule: spike, tag: train/loss, k: 6}]``;
@@ -41,6 +43,8 @@ class AlertMonitor(Callback):
         self._engine: alerts.AlertEngine | None = None
         self._dispatcher: alert_sinks.Dispatcher | None = None
         self._run_context: Any = None
+        self._several_ranks = False
+        self._stop_refused = False
         self._steps_seen = 0
         self.fired: list[alerts.Alert] = []
 
@@ -55,8 +59,10 @@ class AlertMonitor(Callback):
 
     # -- MindSpore callback hooks -----------------------------------------------------------------
     def on_train_begin(self, run_context: Any) -> None:
-        if not current_topology().is_writer:
+        topology = current_topology()
+        if not topology.is_writer:
             return  # the values are published where the main run is written
+        self._several_ranks = topology.communicating
         self._engine = alerts.AlertEngine(alerts.parse_rules(self.rule_specs, owner=type(self).__name__))
         self._dispatcher = alert_sinks.Dispatcher(alert_sinks.parse_sinks(self.sink_specs, owner=type(self).__name__))
         self._run_context = run_context
@@ -81,8 +87,29 @@ class AlertMonitor(Callback):
             self.fired.append(alert)
             self._dispatcher.dispatch(alert)
             if alert.action == "stop" and self._run_context is not None:
-                logger.warning("AlertMonitor: stopping training after step %d (%s: %s)", step, alert.rule, alert.tag)
-                self._run_context.request_stop()
+                self._stop(step, alert)
+
+    def _stop(self, step: int, alert: alerts.Alert) -> None:
+        if not self._several_ranks:
+            logger.warning("AlertMonitor: stopping training after step %d (%s: %s)", step, alert.rule, alert.tag)
+            self._run_context.request_stop()
+        elif bus.request_job_stop():
+            logger.warning(
+                "AlertMonitor: %s: %s at step %d; every rank stops after the next cross-rank aggregation",
+                alert.rule,
+                alert.tag,
+                step,
+            )
+        elif not self._stop_refused:
+            self._stop_refused = True
+            logger.warning(
+                "AlertMonitor: action stop not carried out (%s: %s at step %d): with several ranks it travels "
+                "in TensorBoardMonitor's cross-rank aggregation, which aggregate_every: 0 turns off, and "
+                "stopping this rank alone would leave the others waiting",
+                alert.rule,
+                alert.tag,
+                step,
+            )
 
     def _finish(self) -> None:
         if self._engine is None:

@@ -175,6 +175,7 @@ class TensorBoardMonitor(Callback):
         self._last_logged_step = 0
         self._last_log_time: float | None = None
         self._static_lr: float | None = None
+        self._stopping = False
         self._warned: set[str] = set()
 
     @classmethod
@@ -367,6 +368,10 @@ class TensorBoardMonitor(Callback):
         for extra in self.extra_metrics:
             self._add_extra(extra, cb_params, step_metrics)
         self._router.log_step(step_metrics)
+        if self._router.stop_agreed and not self._stopping:
+            self._stopping = True
+            logger.warning("TensorBoardMonitor: a rank asked the job to stop; every rank stops after step %d", step)
+            run_context.request_stop()
         self._last_logged_step = step
         self._last_log_time = time.perf_counter()
 
