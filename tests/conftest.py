@@ -60,6 +60,26 @@ def write_tiny_config(
     return path
 
 
+def resumable_callbacks(monitor: dict) -> list[dict]:
+    """Callbacks of a training meant to be killed and resumed: 0.4 s steps on rank 0 (SlowRank with
+    MFTB_TEST_SLOW_RANK=0, MFTB_TEST_SLOW_SECONDS=0.4) leave time to kill it mid-run; a checkpoint
+    every 8 steps; ``monitor`` last."""
+    checkpoints = {
+        "type": "CheckpointMonitor",
+        "prefix": "tiny",
+        "save_checkpoint_steps": 8,
+        "keep_checkpoint_max": 10,
+        "integrated_save": False,
+        "async_save": False,
+    }
+    return [
+        {"type": "MFLossMonitor"},
+        {"type": "SlowRank", "auto_register": "rank_hooks.SlowRank"},
+        checkpoints,
+        monitor,
+    ]
+
+
 def mf_losses(log_text: str) -> dict[int, tuple[float, float]]:
     """{step: (loss, lr)} as MFLossMonitor printed them."""
     return {int(m.group(1)): (float(m.group(2)), float(m.group(3))) for m in MF_LOSS_LINE.finditer(log_text)}

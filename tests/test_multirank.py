@@ -17,7 +17,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import HELPERS, MFTB, REPO, TINY_CONFIG, mf_losses, read_scalars, run_dirs, subprocess_env
+from conftest import (
+    HELPERS,
+    MFTB,
+    REPO,
+    TINY_CONFIG,
+    mf_losses,
+    read_scalars,
+    resumable_callbacks,
+    run_dirs,
+    subprocess_env,
+)
 from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 
 LAUNCH = REPO / "scripts" / "msrun_launch.sh"
@@ -292,19 +302,7 @@ def test_a_killed_msrun_job_resumes_into_the_same_runs(tmp_path: Path, tiny_data
     config["train_dataset"]["data_loader"]["dataset_dir"] = str(tiny_data)
     config["train_dataset"]["data_loader"]["num_samples"] = 2 * RESUME_STEPS
     config["train_dataset_task"]["dataset_config"] = config["train_dataset"]
-    config["callbacks"] = [
-        {"type": "MFLossMonitor"},
-        {"type": "SlowRank", "auto_register": "rank_hooks.SlowRank"},  # 0.4 s per step: time to kill mid-run
-        {
-            "type": "CheckpointMonitor",
-            "prefix": "tiny",
-            "save_checkpoint_steps": 8,
-            "keep_checkpoint_max": 10,
-            "integrated_save": False,
-            "async_save": False,
-        },
-        {"type": "TensorBoardMonitor", "experiment": "dpres", "flush_secs": 0.2},
-    ]
+    config["callbacks"] = resumable_callbacks({"type": "TensorBoardMonitor", "experiment": "dpres", "flush_secs": 0.2})
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     output = tmp_path / "out"

@@ -18,7 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import BIN, HELPERS, MFTB, mf_losses, read_scalars, run_dirs, subprocess_env, write_tiny_config
+from conftest import (
+    BIN,
+    HELPERS,
+    MFTB,
+    mf_losses,
+    read_scalars,
+    resumable_callbacks,
+    run_dirs,
+    subprocess_env,
+    write_tiny_config,
+)
 from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
 
 STEPS = 20
@@ -34,19 +44,8 @@ class Resumed:
 
 
 def _config(folder: Path, data: Path) -> Path:
-    callbacks = [
-        {"type": "MFLossMonitor"},
-        {"type": "SlowRank", "auto_register": "rank_hooks.SlowRank"},  # 0.4 s per step: time to kill mid-run
-        {
-            "type": "CheckpointMonitor",
-            "prefix": "tiny",
-            "save_checkpoint_steps": 8,
-            "keep_checkpoint_max": 10,
-            "integrated_save": False,
-            "async_save": False,
-        },
-        {"type": "TensorBoardMonitor", "log_dir": str(folder / "tb"), "experiment": "resume", "flush_secs": 0.2},
-    ]
+    monitor = {"type": "TensorBoardMonitor", "log_dir": str(folder / "tb"), "experiment": "resume", "flush_secs": 0.2}
+    callbacks = resumable_callbacks(monitor)
     return write_tiny_config(folder, data, callbacks, num_samples=2 * STEPS)
 
 
