@@ -36,11 +36,11 @@ from benchmarks.training_overhead import (
     TARGET_SLOWDOWN,
     TINY,
     TINY_DP2,
-    free_port,
     interquartile_mean,
     make_data,
     train_env,
 )
+from mindformers_tbplugin.tbserver import any_free_port
 
 PROBE_DIR = REPO / "benchmarks" / "probe"
 BLOCK = 10
@@ -120,7 +120,7 @@ def run_probe(ranks: int, steps: int, data: Path) -> ProbeResult:
             argv = [str(BIN / "mftb"), "train", "--config", str(config_path), *data_args]
         else:
             argv = ["bash", str(LAUNCHER), "--config", str(config_path), "--worker_num", str(ranks)]
-            argv += ["--master_port", str(free_port()), "--output_dir", str(folder / "output"), "--", *data_args]
+            argv += ["--master_port", str(any_free_port()), "--output_dir", str(folder / "output"), "--", *data_args]
         # REGISTER_PATH for MindFormers' auto_register, PYTHONPATH for the launcher's validation.
         env = {**train_env(), "REGISTER_PATH": str(PROBE_DIR), "PYTHONPATH": str(PROBE_DIR)}
         result = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=1800)

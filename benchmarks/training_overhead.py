@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from mindformers_tbplugin.tbserver import any_free_port
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -102,12 +103,6 @@ def _write_config(base: Path, folder: Path, variant: str) -> Path:
     return path
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _run_once(ranks: int, variant: str, data: Path, samples: int) -> tuple[list[float], str]:
     """Step times of one training, and its log (rank 0's under msrun)."""
     with tempfile.TemporaryDirectory(prefix="mftb-bench-") as name:
@@ -127,7 +122,7 @@ def _run_once(ranks: int, variant: str, data: Path, samples: int) -> tuple[list[
                 "--worker_num",
                 str(ranks),
                 "--master_port",
-                str(free_port()),
+                str(any_free_port()),
                 "--output_dir",
                 str(folder / "output"),
                 "--",
@@ -193,9 +188,13 @@ def _table(results: list[VariantResult]) -> list[str]:
     return lines
 
 
+def _baseline(results: list[VariantResult]) -> VariantResult:
+    return next(r for r in results if r.variant == BASELINE)
+
+
 def baseline_spread(results: list[VariantResult]) -> float | None:
     """The baseline's run-to-run spread (max - min) over its median; None with a single run."""
-    baseline = next(r for r in results if r.variant == BASELINE)
+    baseline = _baseline(results)
     if len(baseline.run_ms) < 2:
         return None
     return (max(baseline.run_ms) - min(baseline.run_ms)) / baseline.median_ms
@@ -215,7 +214,7 @@ def _noise_note(results: list[VariantResult]) -> str:
         return f"Noise: the baseline's run-to-run spread is {spread:.1%} of its median; the target is checked here."
     return (
         f"Noise: the baseline's own run-to-run spread is {spread:.1%} of its median over "
-        f"{len(next(r for r in results if r.variant == BASELINE).run_ms)} runs on this shared machine, more than "
+        f"{len(_baseline(results).run_ms)} runs on this shared machine, more than "
         f"{RESOLVABLE_SPREAD:.0%}: these runs cannot resolve a {TARGET_SLOWDOWN:.0%} difference, so the "
         "percentages above are not checked against the target; the in-process measurement below is."
     )

@@ -89,14 +89,13 @@ class MetricRouter:
             own = step_metrics.merged() if self.options.rank_policy == "all" else system
             if own:
                 self.rank_run.add_scalars(step, own)
-        main = {**step_metrics.model, **system}
-        if data:
-            if self._data is not None:
-                self._data.add(step, data)
-            elif self.topology.world_size > 1:
-                main.update({LOCAL_PREFIX + tag: value for tag, value in data.items()})
-            else:
-                main = {**data, **main}
+        if not data or self.topology.world_size == 1:
+            main = step_metrics.merged()
+        elif self._data is not None:
+            self._data.add(step, data)
+            main = {**step_metrics.model, **system}
+        else:
+            main = {**step_metrics.model, **system, **{LOCAL_PREFIX + tag: value for tag, value in data.items()}}
         if self.main is not None and main:
             self._write_main(step, main)
 

@@ -59,6 +59,11 @@ def free_port(preferred: int, host: str = LOOPBACK) -> int:
     for port in range(preferred, min(preferred + PORT_SEARCH_SPAN, 65536)):
         if port_is_free(port, host):
             return port
+    return any_free_port(host)
+
+
+def any_free_port(host: str = LOOPBACK) -> int:
+    """A port nothing listens on now, chosen by the kernel."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]

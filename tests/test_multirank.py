@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -30,15 +29,11 @@ from conftest import (
 )
 from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 
+from mindformers_tbplugin.tbserver import any_free_port
+
 LAUNCH = REPO / "scripts" / "msrun_launch.sh"
 DP2_CONFIG = REPO / "configs" / "tiny" / "llama_tiny_cpu_dp2.yaml"
 COLLECTIVES_LINE = re.compile(r"TensorBoardMonitor: (\d+) aggregation interval\(s\), (\d+) collective\(s\) in all")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _config(folder: Path, data: Path, num_samples: int, aggregate_every: int, data_parallel: int, extra_metric: str):
@@ -106,7 +101,7 @@ def dp2_job(tmp_path_factory: pytest.TempPathFactory, tiny_data: Path) -> Job:
         folder, tiny_data, num_samples=24, aggregate_every=4, data_parallel=2, extra_metric="one_data_metric"
     )
     process = _launch(
-        config, folder / "out", "--worker_num", "2", "--master_port", str(_free_port()), MFTB_TEST_SLOW_RANK="1"
+        config, folder / "out", "--worker_num", "2", "--master_port", str(any_free_port()), MFTB_TEST_SLOW_RANK="1"
     )
     job = _finish(process, folder / "out")
     assert job.returncode == 0, job.stderr[-3000:] + job.worker_log(0, 0)[-3000:]
@@ -264,7 +259,7 @@ def test_a_crashing_rank_fails_the_launch_and_is_named(tmp_path: Path, tiny_data
         tmp_path, tiny_data, num_samples=24, aggregate_every=4, data_parallel=2, extra_metric="one_data_metric"
     )
     process = _launch(
-        config, tmp_path / "out", "--worker_num", "2", "--master_port", str(_free_port()), MFTB_TEST_FAIL_RANK="1"
+        config, tmp_path / "out", "--worker_num", "2", "--master_port", str(any_free_port()), MFTB_TEST_FAIL_RANK="1"
     )
     job = _finish(process, tmp_path / "out")
     assert job.returncode != 0
@@ -311,7 +306,7 @@ def test_a_killed_msrun_job_resumes_into_the_same_runs(tmp_path: Path, tiny_data
     entry = ("--entry", str(HELPERS / "train_with_cpu_barrier.py"))
     slow = {"MFTB_TEST_SLOW_RANK": "0", "MFTB_TEST_SLOW_SECONDS": "0.4"}
 
-    first = _launch(path, output, "--worker_num", "2", "--master_port", str(_free_port()), *entry, **slow)
+    first = _launch(path, output, "--worker_num", "2", "--master_port", str(any_free_port()), *entry, **slow)
     deadline = time.monotonic() + 300
     while first.poll() is None and time.monotonic() < deadline:
         runs = run_dirs(output / "tensorboard")
@@ -330,7 +325,7 @@ def test_a_killed_msrun_job_resumes_into_the_same_runs(tmp_path: Path, tiny_data
     resume_started = time.time()
     resume = ("--resume_training", "True", "--load_checkpoint", str(output / "checkpoint"))
     second = _launch(
-        path, output, "--worker_num", "2", "--master_port", str(_free_port()), *entry, "--", *resume, **slow
+        path, output, "--worker_num", "2", "--master_port", str(any_free_port()), *entry, "--", *resume, **slow
     )
     job = _finish(second, output)
     assert job.returncode == 0, job.stderr[-3000:] + job.worker_log(0, 0)[-3000:]
@@ -361,7 +356,7 @@ def _small_job(
     config["callbacks"] += list(more_callbacks)
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     process = _launch(
-        path, tmp_path / "out", "--worker_num", "2", "--master_port", str(_free_port()), MFTB_TEST_SLOW_RANK="1"
+        path, tmp_path / "out", "--worker_num", "2", "--master_port", str(any_free_port()), MFTB_TEST_SLOW_RANK="1"
     )
     job = _finish(process, tmp_path / "out")
     assert job.returncode == 0, job.stderr[-3000:] + job.worker_log(0, 0)[-3000:]

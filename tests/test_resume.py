@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -30,6 +29,8 @@ from conftest import (
     write_tiny_config,
 )
 from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
+
+from mindformers_tbplugin.tbserver import any_free_port
 
 STEPS = 20
 
@@ -95,15 +96,9 @@ def resumed(tmp_path_factory: pytest.TempPathFactory, tiny_data: Path) -> Resume
     return Resumed(folder / "tb", checkpoint_step, killed_after, started, second.stdout + second.stderr)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextmanager
 def tensorboard_server(logdir: Path, load_fast: bool) -> Iterator[str]:
-    port = _free_port()
+    port = any_free_port()
     process = subprocess.Popen(
         [
             str(BIN / "tensorboard"),
