@@ -45,10 +45,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     from mindformers_tbplugin.schema import ConfigError
 
     try:
+        check_framework(getattr(module, "FRAMEWORK", ()))
         return module.run(args, extra)
     except (UsageError, ConfigError) as exc:
         print(f"mftb {args.command}: error: {exc}", file=sys.stderr)
         return 2
+
+
+def check_framework(packages: tuple[str, ...]) -> None:
+    """The MindSpore/MindFormers a command needs: missing is an error, an untested release a warning.
+    A MindFormers release checkout in the working directory is used as run_mindformer.py would."""
+    if not packages:
+        return
+    from pathlib import Path
+
+    from mindformers_tbplugin.errors import UsageError
+    from mindformers_tbplugin.framework import versions
+
+    checkout = versions.use_checkout_in(Path.cwd())
+    if checkout is not None:
+        print(f"mftb: using MindFormers {checkout.version} from the checkout {checkout.location}", file=sys.stderr)
+    errors, warnings = versions.check(packages)
+    for warning in warnings:
+        print(f"mftb: warning: {warning}", file=sys.stderr)
+    if errors:
+        raise UsageError("; ".join(errors))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ DESCRIPTION = (
 )
 ACCEPTS_EXTRA = True
 SCRIPT = Path(__file__).resolve().parents[1] / "msrun_launch.sh"
+# Framework packages it needs (checked by mftb before it runs).
+FRAMEWORK = ("mindspore",)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,6 +10,8 @@ DESCRIPTION = (
     "Write learnable synthetic token sequences (input_ids, int32, length seq_length+1) as a MindRecord "
     "file, for the tiny configs."
 )
+# Framework packages it needs (checked by mftb before it runs).
+FRAMEWORK = ("mindspore",)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

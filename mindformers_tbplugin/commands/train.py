@@ -12,6 +12,8 @@ DESCRIPTION = (
     "first, as mftb validate does: a problem stops it before anything is built (exit status 2)."
 )
 ACCEPTS_EXTRA = True
+# Framework packages it needs (checked by mftb before it runs).
+FRAMEWORK = ("mindspore", "mindformers")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -16,6 +16,8 @@ DESCRIPTION = (
     "not be read or parsed (missing, empty, not text, YAML syntax error, callbacks not a list, an entry without "
     "type)."
 )
+# Framework packages it needs (checked by mftb before it runs).
+FRAMEWORK = ("mindspore",)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
