@@ -16,7 +16,9 @@ CALLBACKS_PACKAGE = "mindformers_tbplugin.callbacks"
 
 def our_callbacks() -> dict[str, type]:
     """``{YAML type name: class}`` for every Callback subclass the callbacks package exports."""
-    from mindspore.train import Callback
+    from mindformers_tbplugin.framework.mindformers_api import resolve
+
+    Callback = resolve("Callback")
 
     package = importlib.import_module(CALLBACKS_PACKAGE)
     found = {}

@@ -177,11 +177,11 @@ def quiet_output() -> Iterator[None]:
 
 def registered_callbacks() -> dict[str, type]:
     """MindFormers' callback registry (ours included once mindformers has loaded)."""
-    with quiet_output():
-        from mindformers.tools.register import MindFormerModuleType, MindFormerRegister
+    from mindformers_tbplugin.framework.mindformers_api import registered
 
+    with quiet_output():
         import mindformers_tbplugin.registration  # noqa: F401  (ours too, whatever the environment)
-    return dict(MindFormerRegister.registry.get(MindFormerModuleType.CALLBACK, {}))
+    return registered("CALLBACK")
 
 
 # -- checking ---------------------------------------------------------------------------------------

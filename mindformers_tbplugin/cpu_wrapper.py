@@ -15,14 +15,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from mindformers.tools.register import MindFormerModuleType, MindFormerRegister
-from mindformers.wrapper.wrapper import MFTrainOneStepCell
-from mindspore.nn.wrap.loss_scale import _ascend_grad_overflow as _is_not_finite
+from mindformers_tbplugin.framework.mindformers_api import register, resolve
+
+_is_not_finite = resolve("finite_check_overflow")
 
 
-@MindFormerRegister.register(MindFormerModuleType.WRAPPER)
-class CPUTrainOneStepCell(MFTrainOneStepCell):
+class CPUTrainOneStepCell(resolve("MFTrainOneStepCell")):  # type: ignore[misc]
     """``MFTrainOneStepCell`` with a finite-check overflow test that every backend supports."""
 
     def get_overflow_status(self, status: Any, compute_output: Any) -> Any:
         return self._get_distributed_overflow_status_on_infnan_mode(_is_not_finite, compute_output)
+
+
+register(CPUTrainOneStepCell, "WRAPPER")

@@ -32,8 +32,8 @@ def route_to_mindformers() -> None:
     """Send our records through ``mindformers.tools.logger.logger``. Idempotent."""
     if any(isinstance(h, _ToMindFormersLogger) for h in logger.handlers):
         return
-    from mindformers.tools.logger import logger as mindformers_logger
+    from mindformers_tbplugin.framework.mindformers_api import resolve
 
-    logger.addHandler(_ToMindFormersLogger(mindformers_logger))
+    logger.addHandler(_ToMindFormersLogger(resolve("mindformers_logger")))
     logger.setLevel(logging.INFO)
     logger.propagate = False

@@ -32,8 +32,10 @@ def find_running_config(max_frames: int = 64) -> RunningConfig | None:
     """The config of the MindFormers task trainer that is running this training, if any."""
     if "mindformers" not in sys.modules:  # MindFormers cannot be running it; do not pay for its import
         return None
+    from mindformers_tbplugin.framework.mindformers_api import resolve
+
     try:
-        from mindformers.trainer.base_trainer import BaseTrainer
+        BaseTrainer = resolve("BaseTrainer")
     except Exception:  # no MindFormers: a plain MindSpore training
         return None
     frame = sys._getframe(1)
@@ -49,9 +51,10 @@ def find_running_config(max_frames: int = 64) -> RunningConfig | None:
 
 
 def _context_config() -> RunningConfig | None:
-    try:
-        from mindformers.core.context.build_context import Context
+    from mindformers_tbplugin.framework.mindformers_api import resolve
 
+    try:
+        Context = resolve("Context")
         if Context.is_exists() and Context().config:
             return RunningConfig(Context().config, None)
     except Exception:  # an older or newer MindFormers without this singleton

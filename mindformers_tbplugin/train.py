@@ -167,19 +167,15 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
     if args.register_path:
         set_register_path(args.register_path)
 
-    from mindformers.core.context import build_context
-    from mindformers.tools.register import MindFormerConfig
-    from mindformers.trainer import Trainer
-    from mindformers.utils.file_utils import set_output_path
-
     import mindformers_tbplugin.registration  # noqa: F401  (our callbacks and wrapper, before the Trainer)
+    from mindformers_tbplugin.framework.mindformers_api import resolve
 
-    config = MindFormerConfig(str(config_path))
+    config = resolve("MindFormerConfig")(str(config_path))
     apply_overrides(config, overrides)
     if config.get("run_mode") not in RUN_MODES:
         raise UsageError(
             f"run_mode must be one of {', '.join(RUN_MODES)} for mftb train, got {config.get('run_mode')!r}"
         )
-    set_output_path(config.output_dir)
-    build_context(config)
-    Trainer(config).train()
+    resolve("set_output_path")(config.output_dir)
+    resolve("build_context")(config)
+    resolve("Trainer")(config).train()

@@ -1,0 +1,65 @@
+"""The MindFormers and MindSpore names the plugin uses, resolved for the release that is running.
+
+Each name lists where it lives, newest layout first, with the releases that use that place; the
+first importable place wins. A name that moves in a new release gets one more line here and nowhere
+else. Everything is imported on first use: ``mftb`` commands that never train stay free of the
+seconds-long framework imports.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# name: ((module, releases that define it there), ...)
+LOCATIONS: dict[str, tuple[tuple[str, str], ...]] = {
+    "set_output_path": (
+        ("mindformers.utils.file_utils", "mindformers 1.8, 1.9, 2.0"),
+        ("mindformers.tools.utils", "mindformers 1.7"),
+    ),
+    "MindFormerRegister": (("mindformers.tools.register", "mindformers 1.7-2.0"),),
+    "MindFormerModuleType": (("mindformers.tools.register", "mindformers 1.7-2.0"),),
+    "MindFormerConfig": (("mindformers.tools.register", "mindformers 1.7-2.0"),),
+    "build_context": (("mindformers.core.context", "mindformers 1.7-2.0"),),
+    "Trainer": (("mindformers.trainer", "mindformers 1.7-2.0 (the classic trainer)"),),
+    "BaseTrainer": (("mindformers.trainer.base_trainer", "mindformers 1.7-2.0"),),
+    "Context": (("mindformers.core.context.build_context", "mindformers 1.7-2.0"),),
+    "MFTrainOneStepCell": (("mindformers.wrapper.wrapper", "mindformers 1.7-2.0"),),
+    "mindformers_logger": (("mindformers.tools.logger", "mindformers 1.7-2.0"),),
+    # Private in MindSpore: the is-finite overflow check that every backend has a kernel for.
+    "finite_check_overflow": (("mindspore.nn.wrap.loss_scale", "mindspore 2.7-2.10"),),
+    "Callback": (("mindspore.train", "mindspore 2.7-2.10"),),
+}
+# Where the attribute's own name differs from ours.
+_ATTRIBUTES = {"mindformers_logger": "logger", "finite_check_overflow": "_ascend_grad_overflow"}
+_resolved: dict[str, Any] = {}
+
+
+def resolve(name: str) -> Any:
+    """The object called ``name`` in the running release. Raises ImportError naming every place tried."""
+    if name in _resolved:
+        return _resolved[name]
+    attribute = _ATTRIBUTES.get(name, name)
+    tried = []
+    for module_name, releases in LOCATIONS[name]:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            tried.append(f"{module_name} ({releases}): {exc}")
+            continue
+        if hasattr(module, attribute):
+            _resolved[name] = value = getattr(module, attribute)
+            return value
+        tried.append(f"{module_name} ({releases}): no {attribute}")
+    raise ImportError(f"{name} not found in this MindFormers/MindSpore; tried " + "; ".join(tried))
+
+
+def register(cls: type, module_type: str) -> None:
+    """Register ``cls`` under its class name in MindFormers' registry (``module_type``: e.g. CALLBACK)."""
+    resolve("MindFormerRegister").register_cls(cls, module_type=getattr(resolve("MindFormerModuleType"), module_type))
+
+
+def registered(module_type: str) -> dict[str, type]:
+    """MindFormers' registry of one module type: ``{name: class}``."""
+    registry = resolve("MindFormerRegister").registry
+    return dict(registry.get(getattr(resolve("MindFormerModuleType"), module_type), {}))
