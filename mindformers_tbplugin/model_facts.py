@@ -47,6 +47,10 @@ def find_attribute(root: Any, name: str) -> Any:
     return getattr(holder, name) if holder is not None else None
 
 
+def trainable_params_of(network: Any) -> list[Any]:
+    return list(network.trainable_params())
+
+
 def _seq_length(network: Any) -> int | None:
     holder = _find(network, lambda cell: isinstance(getattr(getattr(cell, "config", None), "seq_length", None), int))
     return holder.config.seq_length if holder is not None else None
@@ -72,7 +76,7 @@ def read_model_facts(cb_params: Any, topology: Topology) -> ModelFacts:
         facts.trainable_params = list(getattr(optimizer, "parameters", []) or [])
         facts.initial_global_step = max(_global_step(optimizer), int(cb_params.get("initial_step") or 0))
     elif network is not None:
-        facts.trainable_params = list(network.trainable_params())
+        facts.trainable_params = trainable_params_of(network)
     dataset = cb_params.get("train_dataset")
     batch = dataset.get_batch_size() if dataset is not None else None
     if batch:

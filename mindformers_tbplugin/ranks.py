@@ -72,23 +72,26 @@ def _env_int(*names: str, default: int) -> int:
     return default
 
 
-def current_topology() -> Topology:
+def current_topology(pipeline_stages: int | None = None) -> Topology:
     """This process's place in the job. Without initialised communication every process is its
-    own single-rank job (it cannot agree with others on anything), whatever msrun's env says."""
+    own single-rank job (it cannot agree with others on anything), whatever msrun's env says.
+    ``pipeline_stages``: as the trainer's config says (MindFormers 2.x's PyNative trainer does not
+    use MindSpore's auto-parallel context); by default that context's value."""
     rank = _env_int("RANK_ID", "MS_NODE_ID", default=0)
-    world_size, pipeline_stages, parallel_mode, full_batch, communicating = 1, 1, "stand_alone", False, False
+    world_size, parallel_mode, full_batch, communicating = 1, "stand_alone", False, False
     try:
         from mindspore import communication, context
 
         if communication.GlobalComm.INITED:
             rank, world_size = communication.get_rank(), communication.get_group_size()
             communicating = world_size > 1
-        pipeline_stages = int(context.get_auto_parallel_context("pipeline_stages") or 1)
         parallel_mode = str(context.get_auto_parallel_context("parallel_mode"))
         full_batch = bool(context.get_auto_parallel_context("full_batch"))
+        if pipeline_stages is None:
+            pipeline_stages = int(context.get_auto_parallel_context("pipeline_stages") or 1)
     except Exception:  # no MindSpore context: a plain single process
         pass
-    return Topology(rank, world_size, pipeline_stages, parallel_mode, full_batch, communicating)
+    return Topology(rank, world_size, pipeline_stages or 1, parallel_mode, full_batch, communicating)
 
 
 class Collectives:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from tensorboard.compat.proto import event_pb2, summary_pb2
@@ -23,35 +23,39 @@ from mindformers_tbplugin.model_facts import ModelFacts
 from mindformers_tbplugin.ranks import Topology
 from mindformers_tbplugin.writer import RunWriter
 
+if TYPE_CHECKING:
+    from mindformers_tbplugin.framework.trainers import TrainStart
+
 CONFIG_TAG = "run/config"
 PARAMETERS_TAG = "run/parameters"
 HPARAM_METRICS = (TRAIN_LOSS, EVAL_LOSS)
 
-# (hparam name, dotted YAML path): the columns of TensorBoard's HParams table. Every run declares
-# all of them, so whichever run's experiment TensorBoard picks, the columns are the same.
+# (hparam name, dotted YAML paths): the columns of TensorBoard's HParams table. Every run declares
+# all of them, so whichever run's experiment TensorBoard picks, the columns are the same. The first
+# path is the classic trainer's YAML, a second one MindFormers 2.x's PyNative trainer's.
 _FROM_YAML = (
-    ("learning_rate", "lr_schedule.learning_rate"),
-    ("lr_schedule", "lr_schedule.type"),
-    ("lr_end", "lr_schedule.lr_end"),
-    ("warmup_steps", "lr_schedule.warmup_steps"),
-    ("warmup_ratio", "lr_schedule.warmup_ratio"),
-    ("optimizer", "optimizer.type"),
-    ("weight_decay", "optimizer.weight_decay"),
-    ("epochs", "runner_config.epochs"),
-    ("gradient_accumulation_steps", "runner_config.gradient_accumulation_steps"),
-    ("seq_length", "model.model_config.seq_length"),
-    ("model_type", "model.arch.type"),
-    ("hidden_size", "model.model_config.hidden_size"),
-    ("num_layers", "model.model_config.num_layers"),
-    ("num_heads", "model.model_config.num_heads"),
-    ("vocab_size", "model.model_config.vocab_size"),
-    ("compute_dtype", "model.model_config.compute_dtype"),
-    ("data_parallel", "parallel_config.data_parallel"),
-    ("model_parallel", "parallel_config.model_parallel"),
-    ("pipeline_stage", "parallel_config.pipeline_stage"),
-    ("micro_batch_num", "parallel_config.micro_batch_num"),
-    ("use_parallel", "use_parallel"),
-    ("seed", "seed"),
+    ("learning_rate", ("lr_schedule.learning_rate", "lr_scheduler.learning_rate")),
+    ("lr_schedule", ("lr_schedule.type", "lr_scheduler.type")),
+    ("lr_end", ("lr_schedule.lr_end", "lr_scheduler.lr_end")),
+    ("warmup_steps", ("lr_schedule.warmup_steps", "lr_scheduler.warmup_steps")),
+    ("warmup_ratio", ("lr_schedule.warmup_ratio", "lr_scheduler.warmup_ratio")),
+    ("optimizer", ("optimizer.type",)),
+    ("weight_decay", ("optimizer.weight_decay",)),
+    ("epochs", ("runner_config.epochs",)),
+    ("gradient_accumulation_steps", ("runner_config.gradient_accumulation_steps",)),
+    ("seq_length", ("model.model_config.seq_length", "model.seq_length")),
+    ("model_type", ("model.arch.type", "model.architectures")),
+    ("hidden_size", ("model.model_config.hidden_size", "model.hidden_size")),
+    ("num_layers", ("model.model_config.num_layers", "model.num_hidden_layers")),
+    ("num_heads", ("model.model_config.num_heads", "model.num_attention_heads")),
+    ("vocab_size", ("model.model_config.vocab_size", "model.vocab_size")),
+    ("compute_dtype", ("model.model_config.compute_dtype", "model.compute_dtype")),
+    ("data_parallel", ("parallel_config.data_parallel", "parallelism.data_parallel_shard")),
+    ("model_parallel", ("parallel_config.model_parallel", "parallelism.tensor_parallel")),
+    ("pipeline_stage", ("parallel_config.pipeline_stage", "parallelism.pipeline_parallel")),
+    ("micro_batch_num", ("parallel_config.micro_batch_num",)),
+    ("use_parallel", ("use_parallel",)),
+    ("seed", ("seed", "training.seed")),
 )
 _FROM_RUN = ("experiment", "batch_size", "global_batch_size", "parameters", "world_size")
 HPARAM_NAMES = tuple(sorted([name for name, _ in _FROM_YAML] + list(_FROM_RUN)))
@@ -90,9 +94,10 @@ def hparam_values(
     if lr is not None:
         values["learning_rate"] = lr
     if config is not None:
-        for name, path in _FROM_YAML:
-            value = mf_config.get_path(config.config, path)
-            if value is not None and not isinstance(value, (Mapping, list, tuple)):
+        for name, paths in _FROM_YAML:
+            found = (mf_config.get_path(config.config, path) for path in paths)
+            value = next((v for v in found if v is not None and not isinstance(v, (Mapping, list, tuple))), None)
+            if value is not None:
                 values[name] = value
         if mf_config.get_path(config.config, "lr_schedule.learning_rate") is None:
             optimizer_lr = mf_config.get_path(config.config, "optimizer.learning_rate")
@@ -177,32 +182,22 @@ def graph_event(step: int, wall_time: float, cells: list[model_graph.CellInfo]) 
 
 
 # -- entry points for TensorBoardMonitor ----------------------------------------------------------
-def write_run_start(
-    writer: RunWriter,
-    step: int,
-    cb_params: Any,
-    facts: ModelFacts,
-    topology: Topology,
-    experiment: str,
-    options: RunInfoOptions,
-) -> None:
+def write_run_start(writer: RunWriter, start: TrainStart, experiment: str, options: RunInfoOptions) -> None:
     """Queue what describes the run. Call on the writing rank, at train begin."""
-    running = mf_config.find_running_config()
-    network = cb_params.get("network")
-    if network is None:
-        network = cb_params.get("train_network")
-    cells = model_graph.describe_cells(model_graph.unwrap_model(network)) if network is not None else []
+    step = start.facts.initial_global_step
+    cells = model_graph.describe_cells(model_graph.unwrap_model(start.network)) if start.network is not None else []
     if options.graph and cells:
         writer.add_built(step, lambda s, wall: graph_event(s, wall, cells))
         writer.add_text(step, PARAMETERS_TAG, model_graph.parameter_table(cells))
-    if options.config and running is not None:
-        writer.add_text(step, CONFIG_TAG, config_text(running.config))
+    if options.config and start.config is not None:
+        writer.add_text(step, CONFIG_TAG, config_text(start.config.config))
     if options.hparams:
+        facts = start.facts
         parameters = cells[0].total if cells else sum(int(p.size) for p in facts.trainable_params) or None
-        values = hparam_values(running, facts, topology, experiment, parameters, cb_params.get("epoch_num"))
-        start = time.time()
-        writer.add_built(step, lambda s, wall: experiment_event(s, wall, start))
-        writer.add_built(step, lambda s, wall: session_start_event(s, wall, values, start))
+        values = hparam_values(start.config, facts, start.topology, experiment, parameters, start.epochs)
+        wall_start = time.time()
+        writer.add_built(step, lambda s, wall: experiment_event(s, wall, wall_start))
+        writer.add_built(step, lambda s, wall: session_start_event(s, wall, values, wall_start))
 
 
 def write_run_end(writer: RunWriter, step: int, succeeded: bool) -> None:

@@ -5,24 +5,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mindspore.train import Callback
-
 from mindformers_tbplugin import alert_sinks, alerts, bus
+from mindformers_tbplugin.framework.trainers import MonitorCallback, TrainStart
 from mindformers_tbplugin.log import logger
-from mindformers_tbplugin.ranks import current_topology
 from mindformers_tbplugin.schema import ConfigError, Problem, check_entry
 
 DEFAULT_SINKS = ("log", "tensorboard")
 
 
-class AlertMonitor(Callback):
+class AlertMonitor(MonitorCallback):
     """Evaluate alert rules on every step TensorBoardMonitor writes; report, and stop training on request.
 
     Rules see exactly the values of the main run (after cross-rank aggregation), on the rank that
     writes it, so a TensorBoardMonitor must be in the same ``callbacks:`` list. A rule with
-    ``action: stop`` ends training at the end of the step that fired it, through MindSpore's
-    ``run_context.request_stop()``, so checkpoints and event files are closed normally. With several
-    ranks the request rides in TensorBoardMonitor's next cross-rank aggregation, and every rank stops
+    ``action: stop`` ends training at the end of the step that fired it (classic trainer: MindSpore's
+    ``run_context.request_stop()``; MindFormers 2.x's PyNative trainer: its step limit), so
+    checkpoints and event files are closed normally. With several ranks the request rides in
+    TensorBoardMonitor's next cross-rank aggregation, and every rank stops
     after that step (at most ``aggregate_every`` steps later).
 
     Args:
@@ -42,7 +41,7 @@ class AlertMonitor(Callback):
         self.sink_specs = list(DEFAULT_SINKS if sinks is None else sinks)
         self._engine: alerts.AlertEngine | None = None
         self._dispatcher: alert_sinks.Dispatcher | None = None
-        self._run_context: Any = None
+        self._request_stop: Any = None
         self._several_ranks = False
         self._stop_refused = False
         self._steps_seen = 0
@@ -57,23 +56,19 @@ class AlertMonitor(Callback):
         _, sink_problems = alert_sinks.build_sinks(DEFAULT_SINKS if sinks is None else sinks, "sinks")
         return problems + sink_problems
 
-    # -- MindSpore callback hooks -----------------------------------------------------------------
-    def on_train_begin(self, run_context: Any) -> None:
-        topology = current_topology()
+    # -- training events (either trainer) ---------------------------------------------------------
+    def train_started(self, start: TrainStart) -> None:
+        topology = start.topology
         if not topology.is_writer:
             return  # the values are published where the main run is written
         self._several_ranks = topology.communicating
         self._engine = alerts.AlertEngine(alerts.parse_rules(self.rule_specs, owner=type(self).__name__))
         self._dispatcher = alert_sinks.Dispatcher(alert_sinks.parse_sinks(self.sink_specs, owner=type(self).__name__))
-        self._run_context = run_context
+        self._request_stop = start.request_stop
         self._steps_seen = 0
         bus.subscribe(self._on_values)
 
-    def on_train_end(self, run_context: Any) -> None:
-        self._finish()
-
-    def __exit__(self, *exc_info: Any) -> None:
-        # MindSpore enters callbacks as context managers: this runs when training raises, too.
+    def train_ended(self, failure: str | None) -> None:
         self._finish()
 
     # -- internals --------------------------------------------------------------------------------
@@ -86,13 +81,13 @@ class AlertMonitor(Callback):
         for alert in fired:
             self.fired.append(alert)
             self._dispatcher.dispatch(alert)
-            if alert.action == "stop" and self._run_context is not None:
+            if alert.action == "stop" and self._request_stop is not None:
                 self._stop(step, alert)
 
     def _stop(self, step: int, alert: alerts.Alert) -> None:
         if not self._several_ranks:
             logger.warning("AlertMonitor: stopping training after step %d (%s: %s)", step, alert.rule, alert.tag)
-            self._run_context.request_stop()
+            self._request_stop()
         elif bus.request_job_stop():
             logger.warning(
                 "AlertMonitor: %s: %s at step %d; every rank stops after the next cross-rank aggregation",
@@ -115,7 +110,7 @@ class AlertMonitor(Callback):
         if self._engine is None:
             return
         bus.unsubscribe(self._on_values)
-        self._engine, self._run_context = None, None
+        self._engine, self._request_stop = None, None
         dispatcher, self._dispatcher = self._dispatcher, None
         dispatcher.close()
         if not self._steps_seen:

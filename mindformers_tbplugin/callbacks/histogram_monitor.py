@@ -5,19 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from mindspore.train import Callback
-
 from mindformers_tbplugin import custom_metrics, histograms
+from mindformers_tbplugin.framework.trainers import MonitorCallback, StepEnd, TrainStart
 from mindformers_tbplugin.log import logger
-from mindformers_tbplugin.model_facts import read_model_facts
-from mindformers_tbplugin.ranks import current_topology
 from mindformers_tbplugin.schema import ConfigError, Problem, Range, check_entry
 from mindformers_tbplugin.writer import get_writer
 
 TAG_PREFIX = "params/"
 
 
-class HistogramMonitor(Callback):
+class HistogramMonitor(MonitorCallback):
     """Write histograms of the trainable parameters (TensorBoard's Histograms and Distributions
     dashboards) into the run of the TensorBoardMonitor of the same training, on the rank that writes
     it. Tags are ``params/<parameter name>``.
@@ -56,7 +53,6 @@ class HistogramMonitor(Callback):
         self.bins = bins
         self._params: list[Any] = []  # the selected parameters, fixed at train begin
         self._on_device = False
-        self._step_offset = 0
         self._last_step = 0  # global step of the last round (the initial step before the first)
         self._warned: set[str] = set()
 
@@ -66,35 +62,28 @@ class HistogramMonitor(Callback):
             return [Problem("every_steps", "every_steps and every_epochs are both 0: no histogram would be written")]
         return []
 
-    # -- MindSpore callback hooks -----------------------------------------------------------------
-    def on_train_begin(self, run_context: Any) -> None:
+    # -- training events (either trainer) ---------------------------------------------------------
+    def train_started(self, start: TrainStart) -> None:
         try:
-            self._begin(run_context.original_args())
+            self._begin(start)
         except Exception as exc:  # monitoring never stops training
             self._warn_once("begin", f"HistogramMonitor: {exc!r} at train begin; no histograms")
             self._params = []
 
-    def on_train_step_end(self, run_context: Any) -> None:
-        if self._params and self.every_steps:
-            cb_params = run_context.original_args()
-            step = self._step_offset + int(cb_params.cur_step_num)
-            # Crossing a multiple, not landing on it: in sink mode the step advances by sink_size.
-            if step // self.every_steps > self._last_step // self.every_steps:
-                self._guarded_round(step)
+    def step_ended(self, step: StepEnd) -> None:
+        # Crossing a multiple, not landing on it: in sink mode the step advances by sink_size.
+        if self._params and self.every_steps and step.step // self.every_steps > self._last_step // self.every_steps:
+            self._guarded_round(step.step)
 
-    def on_train_epoch_end(self, run_context: Any) -> None:
-        if self._params and self.every_epochs:
-            cb_params = run_context.original_args()
-            if int(cb_params.cur_epoch_num) % self.every_epochs == 0:
-                self._guarded_round(self._step_offset + int(cb_params.cur_step_num))
+    def epoch_ended(self, epoch: int, step: int) -> None:
+        if self._params and self.every_epochs and epoch % self.every_epochs == 0:
+            self._guarded_round(step)
 
     # -- internals --------------------------------------------------------------------------------
-    def _begin(self, cb_params: Any) -> None:
-        topology = current_topology()
-        if not topology.is_writer:
+    def _begin(self, start: TrainStart) -> None:
+        if not start.topology.is_writer:
             return
-        facts = read_model_facts(cb_params, topology)
-        self._step_offset = facts.initial_global_step - int(cb_params.get("cur_step_num") or 0)
+        facts = start.facts
         self._last_step = facts.initial_global_step
         by_name = {param.name: param for param in facts.trainable_params}
         chosen = histograms.select_names(by_name, self.include, self.exclude)

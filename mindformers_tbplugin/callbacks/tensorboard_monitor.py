@@ -11,27 +11,20 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from mindspore.train import Callback
-
 from mindformers_tbplugin import custom_metrics, metrics, run_info, rundir
 from mindformers_tbplugin.eval_metrics import EvalRecorder
+from mindformers_tbplugin.framework.trainers import MonitorCallback, StepEnd, TrainStart
 from mindformers_tbplugin.log import logger
 from mindformers_tbplugin.metrics import MetricKind, StepMetrics
-from mindformers_tbplugin.model_facts import ModelFacts, read_model_facts
-from mindformers_tbplugin.ranks import (
-    Collectives,
-    Topology,
-    agree_on_ints,
-    current_topology,
-    loss_scale_for_pipeline,
-)
+from mindformers_tbplugin.model_facts import ModelFacts
+from mindformers_tbplugin.ranks import Collectives, Topology, agree_on_ints, loss_scale_for_pipeline
 from mindformers_tbplugin.routing import MetricRouter, RouterOptions
 from mindformers_tbplugin.schema import ConfigError, Problem, Range, check_entry
 from mindformers_tbplugin.system_stats import MemoryReadings
 from mindformers_tbplugin.writer import RunWriter, get_writer, on_sigterm, remove_sigterm_listener
 
 
-class TensorBoardMonitor(Callback):
+class TensorBoardMonitor(MonitorCallback):
     """Write training metrics to TensorBoard: loss, lr, grad norm, loss scale, throughput, memory.
 
     Args:
@@ -52,7 +45,9 @@ class TensorBoardMonitor(Callback):
         vs_tokens: Also write ``train/loss_vs_tokens`` and ``train/lr_vs_tokens``, whose x axis is the
             number of tokens consumed.
         extra_metrics: Functions ``"package.module:function"`` called at each logged step with the
-            step's callback parameters, returning ``{tag: value}``.
+            step's callback parameters (classic trainer: MindSpore's cb_params; MindFormers 2.x's
+            PyNative trainer: the hook's keyword arguments, ``loss``, ``grad_norm``, ``model``, ...),
+            returning ``{tag: value}``.
         max_queue: Most items held for the writer thread; beyond it the oldest are dropped (a warning
             says so), so a stalled disk cannot grow memory without bound.
         aggregate_every: Combine metrics across ranks every this many steps with one collective
@@ -170,7 +165,7 @@ class TensorBoardMonitor(Callback):
         self._topology: Topology | None = None
         self._loss_divisor = 1.0
         self._facts = ModelFacts()
-        self._step_offset = 0
+        self._request_stop: Any = None
         self._step = 0
         self._last_logged_step = 0
         self._last_log_time: float | None = None
@@ -207,45 +202,39 @@ class TensorBoardMonitor(Callback):
             )
         return problems
 
-    # -- MindSpore callback hooks -----------------------------------------------------------------
-    def on_train_begin(self, run_context: Any) -> None:
-        self._guard("begin", self._begin, run_context)
+    # -- training events (either trainer) ---------------------------------------------------------
+    def train_started(self, start: TrainStart) -> None:
+        self._guard("begin", self._begin, start)
 
-    def on_train_step_begin(self, run_context: Any) -> None:
+    def step_began(self) -> None:
         if self._last_log_time is None:
             self._last_log_time = time.perf_counter()
 
-    def on_train_step_end(self, run_context: Any) -> None:
+    def step_ended(self, step: StepEnd) -> None:
         if self._router is not None:
-            self._guard("step", self._step_end, run_context)
+            self._guard("step", self._step_end, step)
 
-    def on_train_end(self, run_context: Any) -> None:
-        self._finish(clean=True)
-
-    def __exit__(self, exc_type: Any, *exc_info: Any) -> None:
-        # MindSpore enters callbacks as context managers: this runs when training raises, too.
-        if exc_type is None:
+    def train_ended(self, failure: str | None) -> None:
+        if failure is None:
             self._finish(clean=True)
         else:
-            self._finish(clean=False, status=f"failed at step {self._step}: {exc_type.__name__}")
+            self._finish(clean=False, status=f"failed at step {self._step}: {failure}")
 
     # -- internals --------------------------------------------------------------------------------
-    def _begin(self, run_context: Any) -> None:
-        cb_params = run_context.original_args()
-        self._topology = current_topology()
-        self._facts = read_model_facts(cb_params, self._topology)
-        self._step_offset = self._facts.initial_global_step - int(cb_params.get("cur_step_num") or 0)
+    def _begin(self, start: TrainStart) -> None:
+        self._topology = topology = start.topology
+        self._facts = start.facts
+        self._request_stop = start.request_stop
         self._step = self._last_logged_step = self._facts.initial_global_step
         self._static_lr = metrics.static_learning_rate(self._facts.optimizer)
-        self._loss_divisor = loss_scale_for_pipeline(self._topology, cb_params.get("train_network"))
-        topology = self._topology
+        self._loss_divisor = loss_scale_for_pipeline(topology, start.train_network)
         collectives = Collectives() if topology.communicating else None
         self.run_dir = self._open_run_dir(topology, collectives)
         if topology.is_writer:
             self._writer = self._open_writer(self.run_dir)
             self._guard("housekeeping", self._housekeeping)
             if self.resumed_from is not None:
-                self._mark_restart(cb_params)
+                self._mark_restart(start.checkpoint)
             on_sigterm(self._on_sigterm)
         per_rank = self.per_rank_system is True or (
             self.per_rank_system == "auto" and topology.world_size <= self.per_rank_limit
@@ -266,10 +255,9 @@ class TensorBoardMonitor(Callback):
         self._router = MetricRouter(topology, options, self._writer, rank_writer, collectives)
         custom_metrics.attach(self)
         if self._eval_recorder is not None:
-            self._eval_recorder.attach(cb_params.get("list_callback"))
+            self._eval_recorder.attach(start.eval_callbacks)
         if self._writer is not None:
-            args = (self._writer, self._step, cb_params, self._facts, topology, self.experiment, self._run_info)
-            self._guard("run_info", run_info.write_run_start, *args)
+            self._guard("run_info", run_info.write_run_start, self._writer, start, self.experiment, self._run_info)
         logger.info("TensorBoardMonitor: %s", topology.describe())
         if self._writer is not None:
             logger.info(
@@ -307,10 +295,10 @@ class TensorBoardMonitor(Callback):
         self.resumed_from = self._step
         return runs[-1]
 
-    def _mark_restart(self, cb_params: Any) -> None:
+    def _mark_restart(self, checkpoint: str | None) -> None:
         step = self._step + 1
         self._writer.add_scalars(step, {metrics.META_RESTART: float(self.resumed_from)})
-        checkpoint = cb_params.get("latest_ckpt_file") or "the loaded checkpoint"
+        checkpoint = checkpoint or "the loaded checkpoint"
         self._writer.add_text(
             step,
             metrics.META_RESTART,
@@ -344,15 +332,14 @@ class TensorBoardMonitor(Callback):
         writer.add_session_start(self._step + 1)
         return writer
 
-    def _step_end(self, run_context: Any) -> None:
+    def _step_end(self, step_end: StepEnd) -> None:
         # Runs at every step: kept to few Python-level operations (see BENCHMARKS.md).
-        cb_params = run_context.original_args()
-        step = self._step = self._step_offset + int(cb_params.cur_step_num)
+        step = self._step = step_end.step
         steps_done = step - self._last_logged_step
         if steps_done < self.log_every:
             return
         now = time.perf_counter()
-        step_metrics = metrics.train_metrics(step, cb_params.net_outputs)
+        step_metrics = metrics.train_metrics(step, step_end.outputs())
         data, model, system = step_metrics.data, step_metrics.model, step_metrics.system
         if self._loss_divisor != 1.0 and metrics.TRAIN_LOSS in data:
             data[metrics.TRAIN_LOSS] /= self._loss_divisor
@@ -366,12 +353,12 @@ class TensorBoardMonitor(Callback):
         if self.param_norm_every and step // self.param_norm_every > self._last_logged_step // self.param_norm_every:
             model[metrics.TRAIN_PARAM_NORM] = self._param_norm()
         for extra in self.extra_metrics:
-            self._add_extra(extra, cb_params, step_metrics)
+            self._add_extra(extra, step_end.hook_args, step_metrics)
         self._router.log_step(step_metrics)
         if self._router.stop_agreed and not self._stopping:
             self._stopping = True
             logger.warning("TensorBoardMonitor: a rank asked the job to stop; every rank stops after step %d", step)
-            run_context.request_stop()
+            self._request_stop()
         self._last_logged_step = step
         self._last_log_time = time.perf_counter()
 
