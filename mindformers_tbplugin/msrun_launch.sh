@@ -48,13 +48,15 @@ done
   die "need 1 <= --local_worker_num ($local_worker_num) <= --worker_num ($worker_num)"
 [[ -f "$config" ]] || die "config file not found: $config"
 
-# The environment that has the plugin: the repository's .venv, else whatever provides mftb.
+# The environment that has the plugin: the one whose mftb is on PATH (the active one), else the
+# repository's .venv (make demo / make test).
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-if [[ -x "$here/../.venv/bin/python" ]]; then
+if mftb_path="$(command -v mftb)"; then
+  env_bin="$(cd "$(dirname "$mftb_path")" && pwd)"
+elif [[ -x "$here/../.venv/bin/mftb" ]]; then
   env_bin="$(cd "$here/../.venv/bin" && pwd)"
 else
-  mftb_path="$(command -v mftb)" || die "mftb not found: activate the environment where mindformers-tbplugin is installed"
-  env_bin="$(dirname "$mftb_path")"
+  die "mftb not found: activate the environment where mindformers-tbplugin is installed"
 fi
 export PATH="$env_bin:$PATH"
 
