@@ -18,6 +18,7 @@ trainer runs.
 
 from __future__ import annotations
 
+import atexit
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -118,6 +119,8 @@ class MonitorCallback(_Base):  # type: ignore[misc, valid-type]
             return
         self._finished = False
         self.train_started(start)
+        if start.trainer == PYNATIVE:  # that trainer does not tell callbacks when training raises
+            atexit.register(self._end_at_exit)  # after the writers' exit hook, so it runs before it
 
     def on_train_end(self, *args: Any, **kwargs: Any) -> None:
         self._end(None)
@@ -159,7 +162,12 @@ class MonitorCallback(_Base):  # type: ignore[misc, valid-type]
     def _end(self, failure: str | None) -> None:
         if not self._finished:
             self._finished = True
+            atexit.unregister(self._end_at_exit)
             self.train_ended(failure)
+
+    def _end_at_exit(self) -> None:
+        """At exit when the trainer never called on_train_end: the run still gets its status."""
+        self._end("the process exited before training ended")
 
 
 class _NetOutputs:
