@@ -57,16 +57,16 @@ class StepEnd:
 
     __slots__ = ("_read", "hook_args", "step")
 
-    def __init__(self, step: int, read_outputs: Callable[[], Any], hook_args: Mapping[str, Any]) -> None:
+    def __init__(self, step: int, hook_args: Any, read_outputs: Callable[[Any, int], Any]) -> None:
         self.step = step  # global step number, counting from 1 (resumed runs continue the count)
+        self.hook_args = hook_args  # classic: cb_params; pynative: the hook's keyword arguments
         self._read = read_outputs
-        self.hook_args = hook_args
 
     def outputs(self) -> Any:
         """The step's outputs in MindFormers' wrapper layout ``(loss, overflow, loss_scale, lr,
-        global_norm)`` (absent ones None), or a plain MindSpore network's loss. Read only on logged
-        steps: it converts device tensors."""
-        return self._read()
+        global_norm)`` (absent ones None), or a plain MindSpore network's loss. Call it only on
+        logged steps: the PyNative trainer's learning rate is computed here."""
+        return self._read(self.hook_args, self.step)
 
 
 @functools.cache
@@ -131,7 +131,7 @@ class MonitorCallback(_Base):  # type: ignore[misc, valid-type]
 
     def on_train_step_end(self, run_context: Any) -> None:
         cb_params = run_context.original_args()
-        self.step_ended(StepEnd(self._step_offset + int(cb_params.cur_step_num), _NetOutputs(cb_params), cb_params))
+        self.step_ended(StepEnd(self._step_offset + int(cb_params.cur_step_num), cb_params, _classic_outputs))
 
     def on_train_epoch_end(self, run_context: Any) -> None:
         cb_params = run_context.original_args()
@@ -152,8 +152,7 @@ class MonitorCallback(_Base):  # type: ignore[misc, valid-type]
         self.step_began()
 
     def on_step_end(self, args: Any, state: Any, **kwargs: Any) -> None:
-        step = int(state.global_step)
-        self.step_ended(StepEnd(step, lambda: _pynative_outputs(step, kwargs), kwargs))
+        self.step_ended(StepEnd(int(state.global_step), kwargs, _pynative_outputs))
 
     def on_epoch_end(self, args: Any, state: Any, **kwargs: Any) -> None:
         step = int(state.global_step)
@@ -170,16 +169,8 @@ class MonitorCallback(_Base):  # type: ignore[misc, valid-type]
         self._end("the process exited before training ended")
 
 
-class _NetOutputs:
-    """Reads ``cb_params.net_outputs`` when called (a callable without a closure per step)."""
-
-    __slots__ = ("_cb_params",)
-
-    def __init__(self, cb_params: Any) -> None:
-        self._cb_params = cb_params
-
-    def __call__(self) -> Any:
-        return self._cb_params.net_outputs
+def _classic_outputs(cb_params: Any, step: int) -> Any:
+    return cb_params.net_outputs
 
 
 def _classic_start(run_context: Any) -> TrainStart:
@@ -234,7 +225,7 @@ def _pynative_start(args: Any, state: Any, kwargs: Mapping[str, Any]) -> TrainSt
     )
 
 
-def _pynative_outputs(step: int, kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
+def _pynative_outputs(kwargs: Mapping[str, Any], step: int) -> tuple[Any, ...]:
     """MindFormers' wrapper layout from the PyNative trainer's step values: no loss scaling there."""
     scheduler = kwargs.get("lr_scheduler")
     lr = _learning_rate(scheduler, step) if scheduler is not None else None
