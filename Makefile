@@ -6,14 +6,16 @@ INSTALLED := $(VENV)/.installed
 DEMO_CONFIG := configs/tiny/llama_tiny_cpu.yaml
 DEMO_LOGS := $(CURDIR)/output/tensorboard
 
-.PHONY: install demo test lint bench bench-quick clean browser screenshot
+.PHONY: install demo test lint bench bench-quick clean browser screenshot compat
 
 install: $(INSTALLED)
 
+# The package requires no MindSpore/MindFormers (users bring theirs); the development environment
+# takes the known-good pair from the package's `framework` extra.
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,framework]'
 	touch $@
 
 demo: $(INSTALLED)
@@ -56,3 +58,11 @@ bench-quick: $(INSTALLED)
 
 clean:
 	rm -rf output modules .pytest_cache .ruff_cache
+
+# The tested version matrix: the compat-marked tests in each MindSpore/MindFormers environment
+# (tests/compat/README.md), built on first use into .venvs/<env> and reused. A subset:
+#   make compat COMPAT_ENVS="mf1.7 mf2.0"
+COMPAT_ENVS ?= mf1.7 mf1.8 mf1.9 mf2.0 checkout-r1.8 checkout-r1.7
+
+compat:
+	PYTHON=$(PYTHON) $(PYTHON) tests/compat/run_matrix.py $(COMPAT_ENVS)

@@ -31,10 +31,13 @@ MF_LOSS_LINE = re.compile(
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:
-    """Environment for child processes: the venv first on PATH (msrun starts `python` from PATH)."""
+    """Environment for child processes: the venv first on PATH (msrun starts `python` from PATH). A
+    PYTHONPATH given goes before the inherited one, which stays (it may hold a MindFormers checkout)."""
     env = dict(os.environ)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env.pop("MFTB_NO_AUTOREGISTER", None)
+    if extra.get("PYTHONPATH") and env.get("PYTHONPATH"):
+        extra = {**extra, "PYTHONPATH": f"{extra['PYTHONPATH']}{os.pathsep}{env['PYTHONPATH']}"}
     env.update(extra)
     return env
 

@@ -165,6 +165,7 @@ def test_exactly_one_process_writes_the_main_run(dp2_job: Job) -> None:
     assert "rank 0 writes the main run" in dp2_job.worker_log(0, 0)
 
 
+@pytest.mark.compat
 def test_main_loss_is_the_mean_of_the_ranks_losses(dp2_job: Job) -> None:
     printed = [mf_losses(dp2_job.worker_log(0, rank)) for rank in (0, 1)]
     main = read_scalars(dp2_job.run_dir)

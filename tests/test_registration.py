@@ -39,11 +39,13 @@ def _assert_logged_eight_steps(tmp_path: Path, result: subprocess.CompletedProce
     assert [step for step, _ in read_scalars(run_dir)["train/loss"]] == list(range(1, 9))
 
 
+@pytest.mark.compat
 def test_installed_plugin_registers_itself_when_mindformers_is_imported(tmp_path: Path, tiny_data: Path) -> None:
     result = _run(_config(tmp_path, tiny_data), tmp_path, subprocess_env())
     _assert_logged_eight_steps(tmp_path, result)
 
 
+@pytest.mark.compat
 def test_mindformers_register_path_route(tmp_path: Path, tiny_data: Path) -> None:
     register_path = subprocess.run([MFTB, "register-path"], capture_output=True, text=True, check=True).stdout.strip()
     env = subprocess_env(MFTB_NO_AUTOREGISTER="1", REGISTER_PATH=register_path)

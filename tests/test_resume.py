@@ -32,6 +32,8 @@ from tensorboard.backend.event_processing.event_accumulator import TENSORS, Even
 
 from mindformers_tbplugin.tbserver import any_free_port
 
+pytestmark = pytest.mark.compat
+
 STEPS = 20
 
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 import math
 import re
 
+import pytest
 import yaml
 from conftest import TINY_CONFIG, TrainingRun, mf_losses, read_scalars
+
+pytestmark = pytest.mark.compat
 
 STEPS = 32  # 64 samples, batch 2
 PER_STEP_TAGS = {
