@@ -102,3 +102,30 @@ def test_a_release_checkout_in_the_working_directory_is_found_without_importing_
 def test_supported_release_lines_come_from_the_tested_pairs() -> None:
     assert versions.SUPPORTED_MINDFORMERS == ("1.7", "1.8", "1.9", "2.0")
     assert versions.SUPPORTED_MINDSPORE == ("2.7", "2.9", "2.10")
+
+
+def test_a_monitor_built_under_an_unsupported_mindformers_warns_once(tmp_path: Path) -> None:
+    """A process that already runs a MindFormers release we do not support (stood in for by a module
+    object: no such release installs here) builds two monitors: one warning, and they work."""
+    code = f"""
+import logging, sys, types
+fake = types.ModuleType("mindformers")
+fake.__version__ = "0.9.1"
+sys.modules["mindformers"] = fake
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+from mindformers_tbplugin.callbacks import TensorBoardMonitor
+TensorBoardMonitor(log_dir={str(tmp_path / "a")!r})
+TensorBoardMonitor(log_dir={str(tmp_path / "b")!r})
+print("built")
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=subprocess_env(MFTB_NO_AUTOREGISTER="1"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.stdout.strip() == "built", result.stderr
+    warning = "mindformers 0.9.1 is not a supported release (supported: mindformers 1.7, 1.8, 1.9, 2.0; tested"
+    assert result.stderr.count(warning) == 1, result.stderr
