@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build one environment of the compatibility matrix (see tests/compat/README.md):
 #   tests/compat/build_env.sh NAME DIR
-# NAME: mf1.7 | mf1.8 | mf1.9 | mf2.0 | checkout-r1.7 | checkout-r1.8. DIR: the virtual environment to create.
+# NAME: mf1.7 | mf1.8 | mf1.9 | mf1.9-ms2.10 | mf2.0 | checkout-r1.7 | checkout-r1.8. DIR: the virtual environment to create.
 # Idempotent: DIR/.built holds the recipe it was built with; an environment with the same recipe is
 # reused, any other content of DIR (a virtual environment) is rebuilt from scratch.
 # checkout-*: MindSpore and the release's requirements but no installed mindformers, plus a stand-in
@@ -19,6 +19,7 @@ case "$name" in
   mf1.7) pair=(mindspore==2.7.1 mindformers==1.7.0) ;;
   mf1.8) pair=(mindspore==2.7.2 mindformers==1.8.0) ;;
   mf1.9) pair=(mindspore==2.9.0 mindformers==1.9.0) ;;
+  mf1.9-ms2.10) pair=(mindspore==2.10.0 mindformers==1.9.0) ;;
   mf2.0) pair=(mindspore==2.10.0 mindformers==2.0.0) ;;
   checkout-r1.7) pair=(mindspore==2.7.1 mindformers==1.7.0) branch=r1.7.0 ;;
   checkout-r1.8) pair=(mindspore==2.7.2 mindformers==1.8.0) branch=r1.8.0 ;;
@@ -32,11 +33,20 @@ mf20_requirements=('setuptools>=83.0.0' 'sentencepiece>=0.2.1' 'ftfy>=6.1.1' 're
   'pyarrow==23.0.1' tokenizers 'astunparse>=1.6.3' 'numpy<2.0.0' tiktoken jinja2 setproctitle safetensors
   tensorboardX 'deprecated>=1.2.0' pybind11 'transformers==4.57.1' 'datasets>=4.0.0' 'mindspore==2.10.0')
 
+# mindformers 1.9.0's requirements other than its mindspore~=2.9.0 (for a site that moved MindSpore on).
+mf19_requirements=(setuptools 'sentencepiece>=0.2.0' 'ftfy>=6.1.1' 'regex>=2022.10.31' 'tqdm>=4.65.0' 'pyyaml>=6.0'
+  'jieba>=0.42.1' 'rouge_chinese>=1.0.3' 'nltk==3.9.1' 'mindpet==1.0.4' opencv-python-headless 'pyarrow==19.0.0'
+  tokenizers 'astunparse>=1.6.3' 'numpy<2.0.0' tiktoken jinja2 setproctitle safetensors tensorboardX
+  'deprecated>=1.2.0' pybind11 'transformers==4.57.1' 'datasets>=4.0.0' 'mindspore==2.10.0')
+
 # The recipe, written to the stamp: a change to it (or to a vendored file it uses) rebuilds the environment.
 case "$name" in
   mf2.0)
     recipe="pip install ${pair[0]}; pip install --no-deps ${pair[1]}; pip install ${mf20_requirements[*]};"
     recipe+=" hyper-parallel from mf2x_cpu: $(sha "$here"/mf2x_cpu/{hyper-parallel-fdd0a80.tar.gz,patch_hp.sh,autograd_compat.py})"
+    ;;
+  mf1.9-ms2.10)
+    recipe="pip install ${pair[0]}; pip install --no-deps ${pair[1]}; pip install ${mf19_requirements[*]}"
     ;;
   checkout-*)
     recipe="pip install ${pair[*]}; pip uninstall mindformers;"
@@ -77,6 +87,12 @@ case "$name" in
     bash "$here/mf2x_cpu/patch_hp.sh" "$hp"
     # (importing mindformers writes output/log below the working directory: check from a scratch one)
     (cd "$(mktemp -d)" && "$py" -c "from mindformers.pynative.trainer import Trainer; import mindformers; print('[build_env $name] mindformers', mindformers.__version__, 'PyNative trainer imports')")
+    ;;
+  mf1.9-ms2.10)
+    log "pip install ${pair[0]}; ${pair[1]} without its requirements (it asks for mindspore~=2.9.0), then the others"
+    "${pip[@]}" "${pair[0]}"
+    "${pip[@]}" --no-deps "${pair[1]}"
+    "${pip[@]}" "${mf19_requirements[@]}"
     ;;
   checkout-*)
     log "pip install ${pair[*]}, then pip uninstall mindformers (its requirements stay)"
