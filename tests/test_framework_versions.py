@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,7 +45,7 @@ def test_the_environment_holds_the_framework_it_was_built_with() -> None:
 
 def test_the_package_requires_mindspore_and_mindformers_only_through_its_extra() -> None:
     requirements = importlib.metadata.requires("mindformers-tbplugin") or []
-    framework = [r for r in requirements if r.split("=")[0].split(">")[0].split(";")[0].strip().lower() in FRAMEWORK]
+    framework = [r for r in requirements if re.match(r"[\w.-]+", r).group(0).lower() in FRAMEWORK]
     assert len(framework) == 2 and all("extra == 'framework'" in r for r in framework), requirements
 
 
