@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.metadata
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,10 +34,15 @@ class Found:
 
     @property
     def release_line(self) -> str | None:
-        return ".".join(self.version.split(".")[:2]) if self.version else None
+        return release_line(self.version) if self.version else None
 
     def describe(self) -> str:
         return f"{self.name} {self.version} ({self.location})" if self.version else f"{self.name}: not found"
+
+
+def release_line(version: str) -> str:
+    """``"1.8"`` for ``"1.8.0"``: the part the supported releases are listed by."""
+    return ".".join(version.split(".")[:2])
 
 
 def find(name: str) -> Found:
@@ -99,8 +105,6 @@ def unsupported_message(package: str, found: str) -> str:
 def use_checkout_in(folder: Path) -> Found | None:
     """When ``folder`` is the root of a MindFormers release checkout, import mindformers from it, as
     ``python run_mindformer.py`` run there does (the script's folder comes first on ``sys.path``)."""
-    import sys
-
     if not (folder / "mindformers" / "__init__.py").is_file():
         return None
     root = str(folder.resolve())
@@ -125,12 +129,10 @@ def tested_pairs_text() -> str:
 def unsupported_loaded() -> list[str]:
     """Warnings for the framework modules this process has loaded (a callback being built); an
     absent mindformers is a plain MindSpore training, which is supported."""
-    import sys
-
     found = []
     for package in _SUPPORTED:
         module = sys.modules.get(package)
         version = str(getattr(module, "__version__", "")) if module is not None else ""
-        if version and ".".join(version.split(".")[:2]) not in _SUPPORTED[package]:
+        if version and release_line(version) not in _SUPPORTED[package]:
             found.append(unsupported_message(package, f"{package} {version}"))
     return found
