@@ -13,8 +13,8 @@ import random
 import statistics
 import time
 
-from mindformers_tbplugin import metrics
 from mindformers_tbplugin.alerts import DEFAULT_RULES, AlertEngine, parse_rules
+from mindformers_tbplugin.pipeline import metrics
 
 TAGS = (
     metrics.TRAIN_LOSS,

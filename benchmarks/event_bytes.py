@@ -22,7 +22,7 @@ def measure(steps: int, tag_count: int) -> tuple[float, float]:
     """(ours, tensorboardX) bytes per point for ``steps`` steps of ``tag_count`` scalars."""
     from tensorboardX import SummaryWriter
 
-    from mindformers_tbplugin.writer import RunWriter
+    from mindformers_tbplugin.tfevents.writer import RunWriter
 
     tags = [f"train/metric_{index}" for index in range(tag_count)]
     points = steps * tag_count

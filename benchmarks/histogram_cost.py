@@ -75,7 +75,7 @@ def tiny_model_parameters() -> dict[str, Any]:
 
 
 def _round(params: dict[str, Any], writer: Any, step: int, max_elements: int) -> float:
-    from mindformers_tbplugin import histograms
+    from mindformers_tbplugin.pipeline import histograms
 
     start = time.perf_counter()
     for name, param in params.items():
@@ -85,7 +85,7 @@ def _round(params: dict[str, Any], writer: Any, step: int, max_elements: int) ->
 
 
 def measure(variant: str, params: dict[str, Any], rounds: int, max_elements: int) -> RoundCost:
-    from mindformers_tbplugin.writer import RunWriter
+    from mindformers_tbplugin.tfevents.writer import RunWriter
 
     values = sum(int(np.prod(p.shape)) for p in params.values())
     with tempfile.TemporaryDirectory() as folder:

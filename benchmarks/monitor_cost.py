@@ -40,7 +40,7 @@ from benchmarks.training_overhead import (
     make_data,
     train_env,
 )
-from mindformers_tbplugin.tbserver import any_free_port
+from mindformers_tbplugin.viewer.tensorboard_server import any_free_port
 
 PROBE_DIR = REPO / "benchmarks" / "probe"
 BLOCK = 10

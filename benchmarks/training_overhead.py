@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from mindformers_tbplugin.tbserver import any_free_port
+from mindformers_tbplugin.viewer.tensorboard_server import any_free_port
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

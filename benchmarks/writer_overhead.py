@@ -39,7 +39,7 @@ def _time_steps(log_step: Callable[[int], None], steps: int) -> float:
 
 
 def _ours(folder: Path, steps: int) -> float:
-    from mindformers_tbplugin.writer import RunWriter
+    from mindformers_tbplugin.tfevents.writer import RunWriter
 
     writer = RunWriter(folder / "mftb", flush_secs=5.0)
 

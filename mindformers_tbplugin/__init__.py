@@ -19,12 +19,12 @@ _LAZY_EXPORTS = {
     "TensorBoardMonitor": "mindformers_tbplugin.callbacks.tensorboard_monitor",
     "HistogramMonitor": "mindformers_tbplugin.callbacks.histogram_monitor",
     "AlertMonitor": "mindformers_tbplugin.callbacks.alert_monitor",
-    "CPUTrainOneStepCell": "mindformers_tbplugin.cpu_wrapper",
-    "log_scalars": "mindformers_tbplugin.custom_metrics",
-    "log_text": "mindformers_tbplugin.custom_metrics",
-    "metric": "mindformers_tbplugin.custom_metrics",
-    "MetricKind": "mindformers_tbplugin.metrics",
-    "ConfigError": "mindformers_tbplugin.schema",
+    "CPUTrainOneStepCell": "mindformers_tbplugin.framework.cpu_wrapper",
+    "log_scalars": "mindformers_tbplugin.pipeline.custom_metrics",
+    "log_text": "mindformers_tbplugin.pipeline.custom_metrics",
+    "metric": "mindformers_tbplugin.pipeline.custom_metrics",
+    "MetricKind": "mindformers_tbplugin.pipeline.metrics",
+    "ConfigError": "mindformers_tbplugin.config.schema",
 }
 
 __all__ = [*_LAZY_EXPORTS, "__version__"]

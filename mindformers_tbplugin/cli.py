@@ -41,8 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = args.command_module
     if extra and not getattr(module, "ACCEPTS_EXTRA", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    from mindformers_tbplugin.config.schema import ConfigError
     from mindformers_tbplugin.errors import UsageError
-    from mindformers_tbplugin.schema import ConfigError
 
     try:
         check_framework(getattr(module, "FRAMEWORK", ()))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from conftest import MFTB, subprocess_env
 
-from mindformers_tbplugin import tbserver
+from mindformers_tbplugin.viewer import tensorboard_server
 
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -91,18 +91,18 @@ def mftb_tensorboard(
 @contextlib.contextmanager
 def plain_tensorboard(logdir: Path, *extra: str) -> Iterator[int]:
     """The `tensorboard` program itself on a free loopback port (``extra`` flags win), for the doctor's checks."""
-    port = tbserver.free_port(16006)
+    port = tensorboard_server.free_port(16006)
     process = subprocess.Popen(
-        [*tbserver.tensorboard_argv(logdir, port), *extra],
+        [*tensorboard_server.tensorboard_argv(logdir, port), *extra],
         env=subprocess_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
-        assert tbserver.wait_until_serving(process, port), "tensorboard did not start"
+        assert tensorboard_server.wait_until_serving(process, port), "tensorboard did not start"
         yield port
     finally:
-        tbserver.stop(process)
+        tensorboard_server.stop(process)
 
 
 def wait_for(probe: Callable[[], object], timeout: float = 60.0) -> object:

@@ -14,7 +14,7 @@ from conftest import MFTB, REPO, TrainingRun, read_scalars, subprocess_env, trai
 # switches protobuf to the pure-Python implementation, which fails once protobuf is loaded.
 from mindformers_tbplugin.alerts import RULES
 from mindformers_tbplugin.callbacks import AlertMonitor
-from mindformers_tbplugin.schema import params_of
+from mindformers_tbplugin.config.schema import params_of
 
 STEPS = 32
 STEP_LINE = re.compile(r"step:\[\s*(\d+)/\s*\d+\], loss:")

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mindformers_tbplugin.alert_sinks import (
+from mindformers_tbplugin.alerts import Alert
+from mindformers_tbplugin.alerts.sinks import (
     CommandSink,
     Dispatcher,
     JsonlSink,
@@ -20,8 +21,7 @@ from mindformers_tbplugin.alert_sinks import (
     mask_url,
     parse_sinks,
 )
-from mindformers_tbplugin.alerts import Alert
-from mindformers_tbplugin.schema import ConfigError
+from mindformers_tbplugin.config.schema import ConfigError
 
 ALERT = Alert("spike", "train/loss", 42, 9.5, 2.25, "train/loss spiked; rm -rf x && echo pwned", "warning")
 

@@ -9,7 +9,7 @@ import statistics
 import pytest
 
 from mindformers_tbplugin.alerts import DEFAULT_RULES, AlertEngine, RollingWindow, describe_rules, parse_rules
-from mindformers_tbplugin.schema import ConfigError
+from mindformers_tbplugin.config.schema import ConfigError
 
 LOSS, GRAD, TOKENS, SCALE, OVERFLOW = (
     "train/loss",

@@ -16,7 +16,7 @@ import pytest
 from conftest import train, write_tiny_config
 from tb_helpers import CHROMEDRIVER, CHROMIUM, DEEP_COUNT_JS, DEEP_TEXT_JS, mftb_tensorboard, open_chromium
 
-from mindformers_tbplugin import tbserver
+from mindformers_tbplugin.viewer import tensorboard_server
 
 _MISSING = [
     name
@@ -50,7 +50,7 @@ def test_scalars_dashboard_shows_the_run_and_its_loss_curve(tmp_path: Path, tiny
     run_name = run.run_dir.name
     screenshot = tmp_path / "tensorboard-scalars.png"
 
-    with mftb_tensorboard(run.log_root, "--port", str(tbserver.free_port(18306)), "--all_points") as server:
+    with mftb_tensorboard(run.log_root, "--port", str(tensorboard_server.free_port(18306)), "--all_points") as server:
         driver = open_chromium()
         try:
             # Only the train/ tags, so the loss chart is in the first, open pane.

@@ -13,11 +13,11 @@ import pytest
 import yaml
 from conftest import MFTB, REPO, subprocess_env
 
-from mindformers_tbplugin.callback_types import our_callbacks
 from mindformers_tbplugin.callbacks import TensorBoardMonitor
-from mindformers_tbplugin.config_check import check_file
-from mindformers_tbplugin.json_schema import config_schema, entry_schema
-from mindformers_tbplugin.schema import Range, params_of
+from mindformers_tbplugin.callbacks.catalog import our_callbacks
+from mindformers_tbplugin.config.checker import check_file
+from mindformers_tbplugin.config.json_schema import config_schema, entry_schema
+from mindformers_tbplugin.config.schema import Range, params_of
 
 BUNDLED = sorted((REPO / "configs").rglob("*.yaml"))
 

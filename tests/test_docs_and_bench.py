@@ -12,7 +12,7 @@ import yaml
 from conftest import REPO, subprocess_env
 
 from mindformers_tbplugin.callbacks import HistogramMonitor, TensorBoardMonitor
-from mindformers_tbplugin.schema import params_of
+from mindformers_tbplugin.config.schema import params_of
 
 
 def _yaml_value(text: str) -> object:

@@ -14,8 +14,8 @@ from conftest import HELPERS, MFTB, TrainingRun, read_scalars, subprocess_env
 from tb_helpers import plain_tensorboard, wait_for
 from tensorboardX import SummaryWriter
 
-from mindformers_tbplugin import tbserver
-from mindformers_tbplugin.writer import RunWriter
+from mindformers_tbplugin.tfevents.writer import RunWriter
+from mindformers_tbplugin.viewer import tensorboard_server
 
 
 def doctor(logdir: Path | str, *args: str, cwd: Path | None = None) -> tuple[int, str]:
@@ -77,7 +77,7 @@ def test_a_real_training_run_passes_the_file_checks(tmp_path: Path, tiny_run: Tr
     logdir = tmp_path / "tb"
     shutil.copytree(tiny_run.log_root, logdir)  # a copy, so backdating leaves the shared run alone
     finished_long_ago(logdir)
-    _, output = doctor(logdir, "--port", str(tbserver.free_port(17106)))
+    _, output = doctor(logdir, "--port", str(tensorboard_server.free_port(17106)))
     assert output.count("[ OK ]") == 6, output  # all but the server check: no TensorBoard runs here
     assert f"[ OK ] event files: 1 runs, 1 event files under {logdir}" in output
 
@@ -91,7 +91,7 @@ def test_server_check_names_what_is_served_instead(tmp_path: Path) -> None:
         code, output = doctor(logdir, "--port", str(port))
     assert code == 1
     assert f"[FAIL] TensorBoard on port {port}: it serves {other}, not {logdir}" in output
-    idle = tbserver.free_port(17006)
+    idle = tensorboard_server.free_port(17006)
     code, output = doctor(logdir, "--port", str(idle))
     assert f"[FAIL] TensorBoard on port {idle}: nothing listens on {idle}" in output
     assert f"fix: mftb tensorboard {logdir} --port {idle}" in output
@@ -106,9 +106,12 @@ def test_server_flags_that_hide_points_are_named(tmp_path: Path) -> None:
         _, output = doctor(logdir, "--port", str(port))
         # What the verdict claims: once the tag is loaded, the server still hands out no points at all.
         assert wait_for(
-            lambda: "train/loss" in (tbserver.get_json(port, "/data/plugin/scalars/tags") or {}).get("resumed", {})
+            lambda: (
+                "train/loss"
+                in (tensorboard_server.get_json(port, "/data/plugin/scalars/tags") or {}).get("resumed", {})
+            )
         )
-        assert tbserver.get_json(port, "/data/plugin/scalars/scalars?run=resumed&tag=train/loss") == []
+        assert tensorboard_server.get_json(port, "/data/plugin/scalars/scalars?run=resumed&tag=train/loss") == []
     check = verdict(output, f"TensorBoard on port {port}")
     assert check.startswith("[FAIL]") and "--samples_per_plugin scalars=0, so every scalar chart is empty" in check
     with plain_tensorboard(logdir, "--reload_multifile=false") as port:

@@ -11,8 +11,8 @@ import tensorboardX
 from conftest import TrainingRun, read_scalars
 from tensorboardX.proto import summary_pb2, tensor_pb2, tensor_shape_pb2
 
-from mindformers_tbplugin.event_reader import CHUNK_BYTES, EventFileReader
-from mindformers_tbplugin.writer import EventFile, frame_record, scalars_event
+from mindformers_tbplugin.tfevents.event_reader import CHUNK_BYTES, EventFileReader
+from mindformers_tbplugin.tfevents.writer import EventFile, frame_record, scalars_event
 
 
 def read_all(run_dir: Path, tags: set[str] | None = None) -> dict[str, list[tuple[int, float]]]:

@@ -29,7 +29,7 @@ from conftest import (
 )
 from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 
-from mindformers_tbplugin.tbserver import any_free_port
+from mindformers_tbplugin.viewer.tensorboard_server import any_free_port
 
 LAUNCH = REPO / "scripts" / "msrun_launch.sh"
 DP2_CONFIG = REPO / "configs" / "tiny" / "llama_tiny_cpu_dp2.yaml"

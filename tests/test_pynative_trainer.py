@@ -18,7 +18,7 @@ import yaml
 from conftest import HELPERS, REPO, TrainingRun, read_scalars, run_dirs, subprocess_env
 
 from mindformers_tbplugin.framework import versions
-from mindformers_tbplugin.tbserver import any_free_port
+from mindformers_tbplugin.viewer.tensorboard_server import any_free_port
 
 
 def _mindformers_2x() -> bool:

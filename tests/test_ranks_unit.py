@@ -1,4 +1,4 @@
-"""Aggregation arithmetic of ranks.py, without MindSpore: the collective's own effect (an
+"""Aggregation arithmetic of pipeline/aggregation.py, without MindSpore: the collective's own effect (an
 element-wise sum, or stacking rows) is applied with numpy to several ranks' packed vectors. The
 real collectives are exercised by tests/test_multirank.py under msrun."""
 
@@ -8,7 +8,8 @@ import math
 
 import numpy as np
 
-from mindformers_tbplugin.ranks import MAX_DATA_TAGS, DataAggregator, SystemSummary, Topology
+from mindformers_tbplugin.pipeline.aggregation import MAX_DATA_TAGS, DataAggregator, SystemSummary
+from mindformers_tbplugin.pipeline.topology import Topology
 
 
 def _topology(rank: int, world: int, stages: int = 1) -> Topology:

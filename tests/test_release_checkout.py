@@ -14,7 +14,7 @@ import pytest
 import yaml
 from conftest import MFTB, REPO, mf_losses, read_scalars, run_dirs, subprocess_env, write_tiny_config
 
-from mindformers_tbplugin.tbserver import any_free_port
+from mindformers_tbplugin.viewer.tensorboard_server import any_free_port
 
 CHECKOUT = os.environ.get("MFTB_MINDFORMERS_CHECKOUT", "")
 pytestmark = [

@@ -30,7 +30,7 @@ from conftest import (
 )
 from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
 
-from mindformers_tbplugin.tbserver import any_free_port
+from mindformers_tbplugin.viewer.tensorboard_server import any_free_port
 
 pytestmark = pytest.mark.compat
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from mindformers_tbplugin.metrics import SYSTEM_HOST_RSS_GB
-from mindformers_tbplugin.system_stats import MemoryReadings
+from mindformers_tbplugin.framework.system_stats import MemoryReadings
+from mindformers_tbplugin.pipeline.metrics import SYSTEM_HOST_RSS_GB
 
 
 def test_memory_is_read_at_most_once_per_interval_and_repeated_in_between() -> None:

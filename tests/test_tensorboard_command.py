@@ -11,8 +11,8 @@ import pytest
 from conftest import MFTB, subprocess_env
 from tb_helpers import listening_addresses, mftb_tensorboard, wait_for
 
-from mindformers_tbplugin import tbserver
-from mindformers_tbplugin.writer import RunWriter
+from mindformers_tbplugin.tfevents.writer import RunWriter
+from mindformers_tbplugin.viewer import tensorboard_server
 
 
 @pytest.fixture
@@ -26,50 +26,52 @@ def logdir(tmp_path: Path) -> Path:
 
 
 def scalars(port: int) -> list:
-    return tbserver.get_json(port, "/data/plugin/scalars/scalars?run=llama_tiny_20261129-120000&tag=train/loss")
+    return tensorboard_server.get_json(
+        port, "/data/plugin/scalars/scalars?run=llama_tiny_20261129-120000&tag=train/loss"
+    )
 
 
 def test_serves_the_logdir_on_loopback_only_with_every_point(logdir: Path) -> None:
-    port = tbserver.free_port(18006)
+    port = tensorboard_server.free_port(18006)
     with mftb_tensorboard(logdir, "--port", str(port), "--all_points") as server:
         assert server.port == port
         assert f"TensorBoard is ready: http://127.0.0.1:{port}/" in server.output
         assert listening_addresses(port) == {"127.0.0.1"}
-        assert wait_for(lambda: tbserver.get_json(port, "/data/runs")) == ["llama_tiny_20261129-120000"]
-        flags = tbserver.get_json(port, "/data/environment")["debug"]["flags"]
+        assert wait_for(lambda: tensorboard_server.get_json(port, "/data/runs")) == ["llama_tiny_20261129-120000"]
+        flags = tensorboard_server.get_json(port, "/data/environment")["debug"]["flags"]
         assert flags["logdir"] == str(logdir) and flags["reload_multifile"] is True
         assert len(wait_for(lambda: scalars(port))) == 2000  # without --all_points TensorBoard keeps a sample of 1,000
         assert server.stop() == 0
     assert "TensorBoard stopped." in server.output
-    assert tbserver.port_is_free(port)
+    assert tensorboard_server.port_is_free(port)
 
 
 def test_ctrl_c_stops_the_server_and_exits_cleanly(logdir: Path) -> None:
-    with mftb_tensorboard(logdir, "--port", str(tbserver.free_port(18406))) as server:
+    with mftb_tensorboard(logdir, "--port", str(tensorboard_server.free_port(18406))) as server:
         assert server.stop(signal.SIGINT) == 0
     assert "TensorBoard stopped." in server.output and "Traceback" not in server.output
-    assert tbserver.port_is_free(server.port)
+    assert tensorboard_server.port_is_free(server.port)
 
 
 def test_relative_logdir_is_made_absolute_and_a_taken_port_is_skipped(logdir: Path) -> None:
-    taken = tbserver.free_port(18106)
+    taken = tensorboard_server.free_port(18106)
     with socket.socket() as blocker:
-        blocker.bind((tbserver.LOOPBACK, taken))
+        blocker.bind((tensorboard_server.LOOPBACK, taken))
         blocker.listen()
         process_cwd = logdir.parent
         with mftb_tensorboard(Path("tb"), "--port", str(taken), cwd=process_cwd) as server:
             assert f"Port {taken} is taken; using {server.port}." in server.output
             assert server.port != taken
-            assert tbserver.probe(server.port).logdir == str(logdir)
+            assert tensorboard_server.probe(server.port).logdir == str(logdir)
             assert len(wait_for(lambda: scalars(server.port))) == 1000  # the default sampling, kept unless --all_points
 
 
 def test_bind_all_warns_that_every_log_is_exposed(logdir: Path) -> None:
-    port = tbserver.free_port(18206)
+    port = tensorboard_server.free_port(18206)
     with mftb_tensorboard(logdir, "--port", str(port), "--bind_all") as server:
         assert "WARNING: --bind_all" in server.output and "can read every log under" in server.output
         assert listening_addresses(port) & {"0.0.0.0", "::"}
-        assert wait_for(lambda: tbserver.get_json(port, "/data/runs")) == ["llama_tiny_20261129-120000"]
+        assert wait_for(lambda: tensorboard_server.get_json(port, "/data/runs")) == ["llama_tiny_20261129-120000"]
 
 
 def test_a_missing_logdir_is_a_usage_error(tmp_path: Path) -> None:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import MFTB, REPO, subprocess_env
 
-from mindformers_tbplugin.callback_types import our_callbacks
-from mindformers_tbplugin.config_check import check_file
+from mindformers_tbplugin.callbacks.catalog import our_callbacks
+from mindformers_tbplugin.config.checker import check_file
 
 BROKEN = Path(__file__).resolve().parent / "broken_configs"
 ALLOWED_TB_KEYS = "allowed: log_dir, experiment, run_name_pattern, log_every"

@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 from conftest import plugin_log
 
-from mindformers_tbplugin import eval_metrics, histograms, mf_config, model_graph, run_info
-from mindformers_tbplugin.model_facts import ModelFacts
-from mindformers_tbplugin.ranks import Topology
-from mindformers_tbplugin.schema import ConfigError
-from mindformers_tbplugin.writer import RunWriter
+from mindformers_tbplugin.config.schema import ConfigError
+from mindformers_tbplugin.framework import eval_hook, running_config
+from mindformers_tbplugin.framework.model_facts import ModelFacts
+from mindformers_tbplugin.pipeline import histograms
+from mindformers_tbplugin.pipeline.topology import Topology
+from mindformers_tbplugin.tfevents import model_graph, run_info
+from mindformers_tbplugin.tfevents.writer import RunWriter
 
 
 def test_histogram_counts_every_value_between_min_and_max() -> None:
@@ -109,11 +111,11 @@ def test_a_failing_record_builder_costs_only_its_record(tmp_path: Path) -> None:
 
 
 def test_eval_results_become_eval_tags() -> None:
-    assert eval_metrics.eval_scalars({"PerplexityMetric": {"loss": 2.0, "PPL": 7.389}}) == {
+    assert eval_hook.eval_scalars({"PerplexityMetric": {"loss": 2.0, "PPL": 7.389}}) == {
         "eval/loss": 2.0,
         "eval/perplexity": 7.389,
     }
-    derived = eval_metrics.eval_scalars({"eval_loss": 1.0, "Accuracy": 0.5, "EmF1Metric": {"Em": 0.25, "F1": 0.5}})
+    derived = eval_hook.eval_scalars({"eval_loss": 1.0, "Accuracy": 0.5, "EmF1Metric": {"Em": 0.25, "F1": 0.5}})
     assert derived == {
         "eval/loss": 1.0,
         "eval/accuracy": 0.5,
@@ -121,8 +123,8 @@ def test_eval_results_become_eval_tags() -> None:
         "eval/emf1metric/f1": 0.5,
         "eval/perplexity": pytest.approx(math.e),
     }
-    assert eval_metrics.eval_scalars({"m": {"text": "not a number", "nan": float("nan")}}) == {}
-    assert eval_metrics.eval_scalars(None) == {}
+    assert eval_hook.eval_scalars({"m": {"text": "not a number", "nan": float("nan")}}) == {}
+    assert eval_hook.eval_scalars(None) == {}
 
 
 def test_secret_looking_keys_are_masked_and_token_ids_are_not() -> None:
@@ -132,9 +134,9 @@ def test_secret_looking_keys_are_masked_and_token_ids_are_not() -> None:
         "model": {"pad_token_id": 0, "tokenizer": {"type": "LlamaTokenizer"}, "num_key_value_heads": 2},
         "empty_token": "",
     }
-    masked = mf_config.plain(config)
-    assert masked["hf_token"] == masked["remote"]["password"] == mf_config.MASK
-    assert {masked["remote"][k] for k in ("AK", "sk", "secret_key", "credentials")} == {mf_config.MASK}
+    masked = running_config.plain(config)
+    assert masked["hf_token"] == masked["remote"]["password"] == running_config.MASK
+    assert {masked["remote"][k] for k in ("AK", "sk", "secret_key", "credentials")} == {running_config.MASK}
     assert masked["model"] == config["model"]
     assert masked["empty_token"] == ""
 
@@ -193,7 +195,7 @@ def test_hparams_from_a_config_take_their_column_types() -> None:
         full_batch=False,
         communicating=True,
     )
-    values = run_info.hparam_values(mf_config.RunningConfig(config, None), facts, topology, "exp", 1000, None)
+    values = run_info.hparam_values(running_config.RunningConfig(config, None), facts, topology, "exp", 1000, None)
     assert values == {
         "experiment": "exp",
         "world_size": 8,

@@ -15,7 +15,7 @@ from conftest import HELPERS, plugin_log, read_scalars, subprocess_env
 from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
-from mindformers_tbplugin.writer import RunWriter, get_writer
+from mindformers_tbplugin.tfevents.writer import RunWriter, get_writer
 
 
 def _events(run_dir: Path) -> list:
@@ -138,23 +138,23 @@ def _make_run(root: Path, name: str, age_s: float) -> Path:
 
 
 def test_retention_keeps_the_newest_runs_and_never_the_current_one(tmp_path: Path) -> None:
-    from mindformers_tbplugin import rundir
+    from mindformers_tbplugin.tfevents import run_folders
 
     old = [_make_run(tmp_path, f"exp_20260101-00000{i}", age_s=100 - i) for i in range(4)]
     current = _make_run(tmp_path, "exp_20260101-000009", age_s=500)  # e.g. resumed: oldest activity
     other = _make_run(tmp_path, "other_20260101-000000", age_s=1000)
-    runs = rundir.experiment_runs(tmp_path, "{experiment}_{timestamp}", "exp")
+    runs = run_folders.experiment_runs(tmp_path, "{experiment}_{timestamp}", "exp")
     assert runs == [current, *old]
-    removed = rundir.apply_retention(runs, keep=3, archive_dir=None, protect=current)
+    removed = run_folders.apply_retention(runs, keep=3, archive_dir=None, protect=current)
     assert removed == old[:2]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([current.name, old[2].name, old[3].name, other.name])
 
 
 def test_retention_can_archive_instead_of_deleting(tmp_path: Path) -> None:
-    from mindformers_tbplugin import rundir
+    from mindformers_tbplugin.tfevents import run_folders
 
     runs = [_make_run(tmp_path / "logs", f"exp_20260101-00000{i}", age_s=10 - i) for i in range(3)]
-    moved = rundir.apply_retention(runs, keep=1, archive_dir=tmp_path / "archive", protect=runs[-1])
+    moved = run_folders.apply_retention(runs, keep=1, archive_dir=tmp_path / "archive", protect=runs[-1])
     assert moved == runs[:2]
     assert sorted(p.name for p in (tmp_path / "archive").iterdir()) == [r.name for r in runs[:2]]
     assert [p.name for p in (tmp_path / "logs").iterdir()] == [runs[-1].name]

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mindformers_tbplugin import alert_sinks, alerts, bus
+from mindformers_tbplugin import alerts
+from mindformers_tbplugin.alerts import sinks
+from mindformers_tbplugin.config.schema import ConfigError, Problem, check_entry
 from mindformers_tbplugin.framework.trainers import MonitorCallback, TrainStart
 from mindformers_tbplugin.log import logger
-from mindformers_tbplugin.schema import ConfigError, Problem, check_entry
+from mindformers_tbplugin.pipeline import listeners
 
 DEFAULT_SINKS = ("log", "tensorboard")
 
@@ -40,7 +42,7 @@ class AlertMonitor(MonitorCallback):
         self.rule_specs = list(alerts.DEFAULT_RULES if rules is None else rules)
         self.sink_specs = list(DEFAULT_SINKS if sinks is None else sinks)
         self._engine: alerts.AlertEngine | None = None
-        self._dispatcher: alert_sinks.Dispatcher | None = None
+        self._dispatcher: sinks.Dispatcher | None = None
         self._request_stop: Any = None
         self._several_ranks = False
         self._stop_refused = False
@@ -53,7 +55,7 @@ class AlertMonitor(MonitorCallback):
         rules = arguments.get("rules")
         sinks = arguments.get("sinks")
         _, problems = alerts.build_rules(alerts.DEFAULT_RULES if rules is None else rules, "rules")
-        _, sink_problems = alert_sinks.build_sinks(DEFAULT_SINKS if sinks is None else sinks, "sinks")
+        _, sink_problems = sinks.build_sinks(DEFAULT_SINKS if sinks is None else sinks, "sinks")
         return problems + sink_problems
 
     # -- training events (either trainer) ---------------------------------------------------------
@@ -63,10 +65,10 @@ class AlertMonitor(MonitorCallback):
             return  # the values are published where the main run is written
         self._several_ranks = topology.communicating
         self._engine = alerts.AlertEngine(alerts.parse_rules(self.rule_specs, owner=type(self).__name__))
-        self._dispatcher = alert_sinks.Dispatcher(alert_sinks.parse_sinks(self.sink_specs, owner=type(self).__name__))
+        self._dispatcher = sinks.Dispatcher(sinks.parse_sinks(self.sink_specs, owner=type(self).__name__))
         self._request_stop = start.request_stop
         self._steps_seen = 0
-        bus.subscribe(self._on_values)
+        listeners.subscribe(self._on_values)
 
     def train_ended(self, failure: str | None) -> None:
         self._finish()
@@ -88,7 +90,7 @@ class AlertMonitor(MonitorCallback):
         if not self._several_ranks:
             logger.warning("AlertMonitor: stopping training after step %d (%s: %s)", step, alert.rule, alert.tag)
             self._request_stop()
-        elif bus.request_job_stop():
+        elif listeners.request_job_stop():
             logger.warning(
                 "AlertMonitor: %s: %s at step %d; every rank stops after the next cross-rank aggregation",
                 alert.rule,
@@ -109,7 +111,7 @@ class AlertMonitor(MonitorCallback):
     def _finish(self) -> None:
         if self._engine is None:
             return
-        bus.unsubscribe(self._on_values)
+        listeners.unsubscribe(self._on_values)
         self._engine, self._request_stop = None, None
         dispatcher, self._dispatcher = self._dispatcher, None
         dispatcher.close()

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from mindformers_tbplugin import custom_metrics, histograms
+from mindformers_tbplugin.config.schema import ConfigError, Problem, Range, check_entry
 from mindformers_tbplugin.framework.trainers import MonitorCallback, StepEnd, TrainStart
 from mindformers_tbplugin.log import logger
-from mindformers_tbplugin.schema import ConfigError, Problem, Range, check_entry
-from mindformers_tbplugin.writer import get_writer
+from mindformers_tbplugin.pipeline import custom_metrics, histograms
+from mindformers_tbplugin.tfevents.writer import get_writer
 
 TAG_PREFIX = "params/"
 

@@ -11,17 +11,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from mindformers_tbplugin import custom_metrics, metrics, run_info, rundir
-from mindformers_tbplugin.eval_metrics import EvalRecorder
+from mindformers_tbplugin.config.schema import ConfigError, Problem, Range, check_entry
+from mindformers_tbplugin.framework.collectives import Collectives, agree_on_ints
+from mindformers_tbplugin.framework.eval_hook import EvalRecorder
+from mindformers_tbplugin.framework.model_facts import ModelFacts, loss_scale_for_pipeline
+from mindformers_tbplugin.framework.system_stats import MemoryReadings
 from mindformers_tbplugin.framework.trainers import MonitorCallback, StepEnd, TrainStart
 from mindformers_tbplugin.log import logger
-from mindformers_tbplugin.metrics import MetricKind, StepMetrics
-from mindformers_tbplugin.model_facts import ModelFacts
-from mindformers_tbplugin.ranks import Collectives, Topology, agree_on_ints, loss_scale_for_pipeline
-from mindformers_tbplugin.routing import MetricRouter, RouterOptions
-from mindformers_tbplugin.schema import ConfigError, Problem, Range, check_entry
-from mindformers_tbplugin.system_stats import MemoryReadings
-from mindformers_tbplugin.writer import RunWriter, get_writer, on_sigterm, remove_sigterm_listener
+from mindformers_tbplugin.pipeline import custom_metrics, metrics
+from mindformers_tbplugin.pipeline.metrics import MetricKind, StepMetrics
+from mindformers_tbplugin.pipeline.routing import MetricRouter, RouterOptions
+from mindformers_tbplugin.pipeline.topology import Topology
+from mindformers_tbplugin.tfevents import run_folders, run_info
+from mindformers_tbplugin.tfevents.writer import RunWriter, get_writer, on_sigterm, remove_sigterm_listener
 
 
 class TensorBoardMonitor(MonitorCallback):
@@ -121,14 +123,14 @@ class TensorBoardMonitor(MonitorCallback):
                 self.extra_metrics.append(custom_metrics.resolve_extra_metric(reference))
             except ValueError as exc:
                 problems.append(Problem(f"extra_metrics[{index}]", str(exc)))
-        self.log_root = rundir.log_root(log_dir) if isinstance(log_dir, str) else None
+        self.log_root = run_folders.log_root(log_dir) if isinstance(log_dir, str) else None
         if self.log_root is not None and not problems:
-            reason = rundir.unwritable_reason(self.log_root)
+            reason = run_folders.unwritable_reason(self.log_root)
             if reason:
                 problems.append(Problem("log_dir", f"cannot write to {self.log_root}: {reason}"))
         if problems:
             raise ConfigError.for_owner(type(self).__name__, problems)
-        if rundir.is_non_ascii(self.log_root):
+        if run_folders.is_non_ascii(self.log_root):
             message = (
                 f"TensorBoardMonitor log_dir {self.log_root} contains non-ASCII characters; some "
                 "TensorBoard versions and shells mishandle such paths. An ASCII path is safer."
@@ -151,7 +153,7 @@ class TensorBoardMonitor(MonitorCallback):
         self.resume = resume
         self.resume_run = resume_run
         self.keep_last_runs = keep_last_runs
-        self.archive_dir = rundir.absolute_path(archive_dir) if archive_dir else None
+        self.archive_dir = run_folders.absolute_path(archive_dir) if archive_dir else None
         self.min_free_gb = min_free_gb
         self.resumed_from: int | None = None  # the restored step, when this run continues another
         self._run_info = run_info.RunInfoOptions(hparams=log_hparams, config=log_config, graph=log_graph)
@@ -179,9 +181,9 @@ class TensorBoardMonitor(MonitorCallback):
         problems = []
         pattern = arguments.get("run_name_pattern", "{experiment}_{timestamp}")
         experiment = arguments.get("experiment", "mindformers")
-        unknown = rundir.unknown_run_name_fields(pattern)
+        unknown = run_folders.unknown_run_name_fields(pattern)
         if unknown:
-            allowed = ", ".join("{" + field + "}" for field in rundir.RUN_NAME_FIELDS)
+            allowed = ", ".join("{" + field + "}" for field in run_folders.RUN_NAME_FIELDS)
             problems.append(
                 Problem("run_name_pattern", f"unknown placeholder(s) {', '.join(unknown)}; allowed: {allowed}")
             )
@@ -275,11 +277,11 @@ class TensorBoardMonitor(MonitorCallback):
             continued.mkdir(parents=True, exist_ok=True)
             return continued
         if topology.is_writer:
-            name = rundir.run_name(self.run_name_pattern, self.experiment, topology.rank, _local_time(stamp))
-            run_dir = rundir.create_run_dir(self.log_root, name)
-            suffix = rundir.collision_suffix(run_dir, name)
+            name = run_folders.run_name(self.run_name_pattern, self.experiment, topology.rank, _local_time(stamp))
+            run_dir = run_folders.create_run_dir(self.log_root, name)
+            suffix = run_folders.collision_suffix(run_dir, name)
         stamp, suffix = agree_on_ints(collectives, topology, [stamp, suffix])
-        name = rundir.run_name(self.run_name_pattern, self.experiment, topology.writer_rank, _local_time(stamp))
+        name = run_folders.run_name(self.run_name_pattern, self.experiment, topology.writer_rank, _local_time(stamp))
         return self.log_root / (f"{name}-{suffix}" if suffix else name)
 
     def _run_to_continue(self) -> Path | None:
@@ -289,7 +291,7 @@ class TensorBoardMonitor(MonitorCallback):
             return self.log_root / self.resume_run
         if not (self.resume and self._step > 0):
             return None
-        runs = rundir.experiment_runs(self.log_root, self.run_name_pattern, self.experiment)
+        runs = run_folders.experiment_runs(self.log_root, self.run_name_pattern, self.experiment)
         if not runs:
             return None
         self.resumed_from = self._step
@@ -309,11 +311,11 @@ class TensorBoardMonitor(MonitorCallback):
 
     def _housekeeping(self) -> None:
         if self.keep_last_runs:
-            runs = rundir.experiment_runs(self.log_root, self.run_name_pattern, self.experiment)
-            for old in rundir.apply_retention(runs, self.keep_last_runs, self.archive_dir, protect=self.run_dir):
+            runs = run_folders.experiment_runs(self.log_root, self.run_name_pattern, self.experiment)
+            for old in run_folders.apply_retention(runs, self.keep_last_runs, self.archive_dir, protect=self.run_dir):
                 where = f"moved to {self.archive_dir}" if self.archive_dir else "deleted"
                 logger.info("TensorBoardMonitor: keep_last_runs=%d: %s %s", self.keep_last_runs, old, where)
-        free = rundir.free_gb(self.log_root)
+        free = run_folders.free_gb(self.log_root)
         if free < self.min_free_gb:
             logger.warning(
                 "TensorBoardMonitor: only %.2f GiB free on the file system of %s (min_free_gb %.2f)",

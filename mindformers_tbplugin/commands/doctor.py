@@ -29,9 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
-    from mindformers_tbplugin.doctor import OK, run_checks
     from mindformers_tbplugin.errors import UsageError
-    from mindformers_tbplugin.rundir import absolute_path
+    from mindformers_tbplugin.tfevents.run_folders import absolute_path
+    from mindformers_tbplugin.viewer.doctor import OK, run_checks
 
     if not 1 <= args.port <= 65535:
         raise UsageError(f"--port must be between 1 and 65535, got {args.port}")

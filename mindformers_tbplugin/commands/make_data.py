@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     from mindformers_tbplugin.errors import UsageError
-    from mindformers_tbplugin.synthetic_data import write_mindrecord
+    from mindformers_tbplugin.framework.synthetic_data import write_mindrecord
 
     for name in ("num_samples", "seq_length", "vocab_size"):
         if getattr(args, name) < 1:

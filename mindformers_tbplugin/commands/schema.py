@@ -21,13 +21,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
-    from mindformers_tbplugin.callback_types import our_callbacks
-    from mindformers_tbplugin.config_check import quiet_output
+    from mindformers_tbplugin.callbacks.catalog import our_callbacks
+    from mindformers_tbplugin.config.checker import quiet_output
 
     with quiet_output():
         ours = our_callbacks()
     if args.format == "json":
-        from mindformers_tbplugin.json_schema import config_schema
+        from mindformers_tbplugin.config.json_schema import config_schema
 
         print(json.dumps(config_schema(ours), indent=2))
     else:
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
 
 def markdown_tables(ours: dict[str, type]) -> str:
     """One ``| option | default | meaning |`` table per callback type, as README.md lays them out."""
-    from mindformers_tbplugin.schema import params_of
+    from mindformers_tbplugin.config.schema import params_of
 
     sections = []
     for name in sorted(ours):

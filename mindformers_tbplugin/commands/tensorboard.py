@@ -34,9 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
-    from mindformers_tbplugin import tbserver
     from mindformers_tbplugin.errors import UsageError
-    from mindformers_tbplugin.rundir import absolute_path
+    from mindformers_tbplugin.tfevents.run_folders import absolute_path
+    from mindformers_tbplugin.viewer import tensorboard_server
 
     logdir = absolute_path(args.logdir)
     if not logdir.exists():
@@ -46,8 +46,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     if not 1 <= args.port <= 65535:
         raise UsageError(f"--port must be between 1 and 65535, got {args.port}")
 
-    bind_host = "" if args.bind_all else tbserver.LOOPBACK
-    port = tbserver.free_port(args.port, bind_host)
+    bind_host = "" if args.bind_all else tensorboard_server.LOOPBACK
+    port = tensorboard_server.free_port(args.port, bind_host)
     if port != args.port:
         print(f"Port {args.port} is taken; using {port}.", flush=True)
     if args.bind_all:
@@ -57,9 +57,9 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
             file=sys.stderr,
             flush=True,
         )
-    url = f"http://{socket.gethostname() if args.bind_all else tbserver.LOOPBACK}:{port}/"
+    url = f"http://{socket.gethostname() if args.bind_all else tensorboard_server.LOOPBACK}:{port}/"
 
-    argv = tbserver.tensorboard_argv(logdir, port, bind_all=args.bind_all, all_points=args.all_points)
+    argv = tensorboard_server.tensorboard_argv(logdir, port, bind_all=args.bind_all, all_points=args.all_points)
     # Own session: a terminal's Ctrl-C reaches only us, and we stop the server in order.
     process = subprocess.Popen(argv, start_new_session=True)
     stopping = False
@@ -73,12 +73,12 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         print(f"Starting TensorBoard on {logdir} at {url}", flush=True)
-        if not tbserver.wait_until_serving(process, port):
+        if not tensorboard_server.wait_until_serving(process, port):
             if stopping:
                 return _stopped(process)
             code = process.poll()
             if code is None:
-                tbserver.stop(process)
+                tensorboard_server.stop(process)
                 print("mftb tensorboard: error: TensorBoard did not answer within 120 s; stopped it.", file=sys.stderr)
             else:
                 print(f"mftb tensorboard: error: TensorBoard exited with status {code}.", file=sys.stderr)
@@ -90,12 +90,12 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if process.poll() is None:
-            tbserver.stop(process)
+            tensorboard_server.stop(process)
 
 
 def _stopped(process: subprocess.Popen) -> int:
-    from mindformers_tbplugin import tbserver
+    from mindformers_tbplugin.viewer import tensorboard_server
 
-    tbserver.stop(process)
+    tensorboard_server.stop(process)
     print("TensorBoard stopped.", flush=True)
     return 0

@@ -17,15 +17,15 @@ FRAMEWORK = ("mindspore", "mindformers")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from mindformers_tbplugin.train import add_train_arguments
+    from mindformers_tbplugin.framework.training_entry import add_train_arguments
 
     add_train_arguments(parser)
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
-    from mindformers_tbplugin import train
-    from mindformers_tbplugin.config_check import check_before_training
+    from mindformers_tbplugin.config.checker import check_before_training
+    from mindformers_tbplugin.framework import training_entry
 
     check_before_training(args.config)  # every callback problem at once, before MindFormers builds anything
-    train.run(args, extra)
+    training_entry.run(args, extra)
     return 0

@@ -42,10 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
-    from mindformers_tbplugin import alert_sinks, alerts
+    from mindformers_tbplugin import alerts
+    from mindformers_tbplugin.alerts import sinks
+    from mindformers_tbplugin.alerts.watcher import Watcher
+    from mindformers_tbplugin.config.schema import ConfigError
     from mindformers_tbplugin.errors import UsageError
-    from mindformers_tbplugin.schema import ConfigError
-    from mindformers_tbplugin.watcher import Watcher
 
     if args.list_rules:
         print(alerts.describe_rules())
@@ -71,13 +72,13 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         print(
             "mftb watch: the tensorboard sink works only inside training; alerts are printed instead", file=sys.stderr
         )
-    sinks, problems = alert_sinks.build_sinks([s for s in sink_specs if s not in WATCH_ONLY_SINKS], "--webhook/--jsonl")
+    sinks, problems = sinks.build_sinks([s for s in sink_specs if s not in WATCH_ONLY_SINKS], "--webhook/--jsonl")
     if problems:
         raise ConfigError("invalid sink:\n" + "\n".join(f"  - {p.message}" for p in problems), problems)
-    dispatcher = alert_sinks.Dispatcher(sinks)
+    dispatcher = sinks.Dispatcher(sinks)
 
     def report(alert: alerts.Alert) -> None:
-        print(alert_sinks.format_alert(alert), flush=True)
+        print(sinks.format_alert(alert), flush=True)
         dispatcher.dispatch(alert)
 
     watcher = Watcher(logdir, rule_specs, report)
@@ -126,9 +127,10 @@ def _load_config(path: Path) -> tuple[list[Any], list[Any]]:
     """The ``rules`` and ``sinks`` lists of ``path``, validated; problems name the file, line and YAML path."""
     import yaml
 
-    from mindformers_tbplugin import alert_sinks, alerts
+    from mindformers_tbplugin import alerts
+    from mindformers_tbplugin.alerts import sinks
+    from mindformers_tbplugin.config.schema import ConfigError
     from mindformers_tbplugin.errors import UsageError
-    from mindformers_tbplugin.schema import ConfigError
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -151,7 +153,7 @@ def _load_config(path: Path) -> tuple[list[Any], list[Any]]:
     rule_specs = section.get("rules") or []
     sink_specs = section.get("sinks") or []
     _, problems = alerts.build_rules(rule_specs, f"{prefix}rules", watcher=True)
-    _, sink_problems = alert_sinks.build_sinks(sink_specs, f"{prefix}sinks")
+    _, sink_problems = sinks.build_sinks(sink_specs, f"{prefix}sinks")
     problems += sink_problems
     if problems:
         lines = [f"  - {path}:{_line_of(root, p.key)}: {p.render()}" for p in problems]

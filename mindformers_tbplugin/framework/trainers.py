@@ -24,12 +24,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mindformers_tbplugin import mf_config
-from mindformers_tbplugin.framework import versions
+from mindformers_tbplugin.framework import running_config, versions
+from mindformers_tbplugin.framework.collectives import current_topology
 from mindformers_tbplugin.framework.mindformers_api import resolve
+from mindformers_tbplugin.framework.model_facts import ModelFacts, read_model_facts, trainable_params_of
 from mindformers_tbplugin.log import logger
-from mindformers_tbplugin.model_facts import ModelFacts, read_model_facts, trainable_params_of
-from mindformers_tbplugin.ranks import Topology, current_topology
+from mindformers_tbplugin.pipeline.topology import Topology
 
 CLASSIC = "classic"
 PYNATIVE = "pynative"
@@ -47,7 +47,7 @@ class TrainStart:
     epochs: int | None
     checkpoint: str | None  # the checkpoint a resumed run loaded, when the trainer says
     eval_callbacks: Any  # classic: the training's callback list (MindFormers' EvalCallBack); else None
-    config: mf_config.RunningConfig | None
+    config: running_config.RunningConfig | None
     hook_args: Mapping[str, Any]  # what ``extra_metrics`` functions receive
     request_stop: Callable[[], None]  # end training after the current step
 
@@ -186,14 +186,14 @@ def _classic_start(run_context: Any) -> TrainStart:
         epochs=cb_params.get("epoch_num"),
         checkpoint=cb_params.get("latest_ckpt_file"),
         eval_callbacks=cb_params.get("list_callback"),
-        config=mf_config.find_running_config(),
+        config=running_config.find_running_config(),
         hook_args=cb_params,
         request_stop=run_context.request_stop,
     )
 
 
 def _pynative_start(args: Any, state: Any, kwargs: Mapping[str, Any]) -> TrainStart:
-    stages = int(mf_config.get_path(_as_mapping(args), "parallelism.pipeline_parallel") or 1)
+    stages = int(running_config.get_path(_as_mapping(args), "parallelism.pipeline_parallel") or 1)
     topology = current_topology(pipeline_stages=stages)
     models = kwargs.get("model")
     models = list(models) if isinstance(models, (list, tuple)) else [models]
@@ -217,9 +217,9 @@ def _pynative_start(args: Any, state: Any, kwargs: Mapping[str, Any]) -> TrainSt
         network=models[0] if len(models) == 1 else None,
         train_network=None,
         epochs=None,
-        checkpoint=mf_config.get_path(config, "checkpoint.load_path") or None,
+        checkpoint=running_config.get_path(config, "checkpoint.load_path") or None,
         eval_callbacks=None,
-        config=mf_config.RunningConfig(config, batch or None) if config else None,
+        config=running_config.RunningConfig(config, batch or None) if config else None,
         hook_args=kwargs,
         request_stop=stop_after_this_step,
     )
@@ -240,7 +240,7 @@ def _learning_rate(scheduler: Any, step: int) -> Any:
 def _seq_length(args: Any) -> int | None:
     config = _as_mapping(args)
     for path in ("model.seq_length", "model.model_config.seq_length", "training.seq_length"):
-        value = mf_config.get_path(config, path)
+        value = running_config.get_path(config, path)
         if isinstance(value, int) and value > 0:
             return value
     return None

@@ -10,6 +10,6 @@ with ``REGISTER_PATH=$(mftb register-path)`` (or ``run_mindformer.py --register_
 """
 
 from mindformers_tbplugin.callbacks import AlertMonitor, HistogramMonitor, TensorBoardMonitor
-from mindformers_tbplugin.cpu_wrapper import CPUTrainOneStepCell
+from mindformers_tbplugin.framework.cpu_wrapper import CPUTrainOneStepCell
 
 __all__ = ["AlertMonitor", "CPUTrainOneStepCell", "HistogramMonitor", "TensorBoardMonitor"]

@@ -8,7 +8,7 @@ file and exits; `hold` prints "ready" and keeps the file open until killed.
 import sys
 import time
 
-from mindformers_tbplugin.writer import RunWriter
+from mindformers_tbplugin.tfevents.writer import RunWriter
 
 run_dir, first, last, pause, mode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
 writer = RunWriter(run_dir, flush_secs=0.1)

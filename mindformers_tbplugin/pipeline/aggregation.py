@@ -1,4 +1,4 @@
-"""Rank facts and cross-rank aggregation: the only module that calls collectives.
+"""Cross-rank aggregation arithmetic: what one interval's all-reduce vector carries and means.
 
 Per aggregation interval a multi-rank job communicates exactly once, however many metrics there
 are: one all-reduce (sum) of a float32 vector holding every data metric of every logged step of
@@ -11,111 +11,15 @@ ranks logging different data tags are detected instead of being averaged wrongly
 from __future__ import annotations
 
 import math
-import os
 import zlib
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from mindformers_tbplugin import metrics
+from mindformers_tbplugin.pipeline import metrics
 
 MAX_DATA_TAGS = 32  # data metrics averaged per step; beyond that, the writing rank's own values are written
 _FINGERPRINT_BITS = 32
-
-
-@dataclass(frozen=True)
-class Topology:
-    rank: int
-    world_size: int
-    pipeline_stages: int
-    parallel_mode: str
-    full_batch: bool
-    communicating: bool  # collectives are initialised (msrun + use_parallel)
-
-    @property
-    def writer_rank(self) -> int:
-        """The rank that writes the main run: the first rank of the last pipeline stage (rank 0
-        without pipeline parallelism), since the loss lives on the last stage."""
-        stages = max(self.pipeline_stages, 1)
-        return self.world_size - self.world_size // stages if stages > 1 else 0
-
-    @property
-    def is_writer(self) -> bool:
-        return self.rank == self.writer_rank
-
-    @property
-    def holds_data_metrics(self) -> bool:
-        """Ranks of the last pipeline stage compute the loss; the others output placeholders."""
-        stages = max(self.pipeline_stages, 1)
-        return self.rank >= self.world_size - self.world_size // stages
-
-    @property
-    def data_parallel_factor(self) -> int:
-        """How many ranks each read a different batch (1 when every rank reads the full batch)."""
-        if self.world_size <= 1 or self.full_batch or self.parallel_mode == "stand_alone":
-            return 1
-        return max(self.world_size // max(self.pipeline_stages, 1), 1)
-
-    def describe(self) -> str:
-        return (
-            f"rank {self.rank} of {self.world_size}, {self.pipeline_stages} pipeline stage(s): "
-            f"rank {self.writer_rank} writes the main run (first rank of the last pipeline stage)"
-        )
-
-
-def _env_int(*names: str, default: int) -> int:
-    for name in names:
-        value = os.environ.get(name, "").strip()
-        if value.isdigit():
-            return int(value)
-    return default
-
-
-def current_topology(pipeline_stages: int | None = None) -> Topology:
-    """This process's place in the job. Without initialised communication every process is its
-    own single-rank job (it cannot agree with others on anything), whatever msrun's env says.
-    ``pipeline_stages``: as the trainer's config says (MindFormers 2.x's PyNative trainer does not
-    use MindSpore's auto-parallel context); by default that context's value."""
-    rank = _env_int("RANK_ID", "MS_NODE_ID", default=0)
-    world_size, parallel_mode, full_batch, communicating = 1, "stand_alone", False, False
-    try:
-        from mindspore import communication, context
-
-        if communication.GlobalComm.INITED:
-            rank, world_size = communication.get_rank(), communication.get_group_size()
-            communicating = world_size > 1
-        parallel_mode = str(context.get_auto_parallel_context("parallel_mode"))
-        full_batch = bool(context.get_auto_parallel_context("full_batch"))
-        if pipeline_stages is None:
-            pipeline_stages = int(context.get_auto_parallel_context("pipeline_stages") or 1)
-    except Exception:  # no MindSpore context: a plain single process
-        pass
-    return Topology(rank, world_size, pipeline_stages or 1, parallel_mode, full_batch, communicating)
-
-
-class Collectives:
-    """Small host-side collectives over the world group, counted (tests check the count)."""
-
-    def __init__(self) -> None:
-        from mindspore import ops
-
-        self._all_reduce = ops.AllReduce()
-        self._all_gather = ops.AllGather()
-        self.calls = 0
-
-    def all_reduce_sum(self, vector: np.ndarray) -> np.ndarray:
-        from mindspore import Tensor
-
-        self.calls += 1
-        return self._all_reduce(Tensor(vector)).asnumpy()
-
-    def all_gather(self, vector: np.ndarray) -> np.ndarray:
-        """Rows of every rank's ``vector``, in rank order."""
-        from mindspore import Tensor
-
-        self.calls += 1
-        return self._all_gather(Tensor(vector[None, :])).asnumpy()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,27 +169,3 @@ class SystemSummary:
                 values[f"ranks/slowest_{place}_rank"] = float(rank)
                 values[f"ranks/slowest_{place}_step_time_ms"] = float(step_times[rank])
         return values
-
-
-def agree_on_ints(collectives: Collectives | None, topology: Topology, values: list[int]) -> list[int]:
-    """The writer rank's non-negative ``values`` on every rank (one all-gather; run folder naming).
-
-    Host collectives on CPU carry float32, exact only up to 2**24: each int travels as 16-bit halves.
-    """
-    if collectives is None or not topology.communicating:
-        return values
-    halves = [part for value in values for part in divmod(value, 1 << 16)] if topology.is_writer else []
-    mine = np.asarray(halves or [0] * (2 * len(values)), dtype=np.float32)
-    row = collectives.all_gather(mine)[topology.writer_rank]
-    return [int(high) * (1 << 16) + int(low) for high, low in zip(row[0::2], row[1::2], strict=True)]
-
-
-def loss_scale_for_pipeline(topology: Topology, network: Any) -> float:
-    """MFLossMonitor divides the loss by the number of micro-batches under pipeline parallelism
-    (the pipeline cell sums them); return that divisor so our loss equals the printed one."""
-    if topology.pipeline_stages <= 1:
-        return 1.0
-    from mindformers_tbplugin.model_facts import find_attribute
-
-    micro = find_attribute(network, "micro_size")
-    return float(micro) if isinstance(micro, int) and micro > 1 else 1.0

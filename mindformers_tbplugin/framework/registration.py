@@ -1,6 +1,6 @@
 """Importing this module registers every class of ours in MindFormers' registry."""
 
-from mindformers_tbplugin.callback_types import our_callbacks
+from mindformers_tbplugin.callbacks.catalog import our_callbacks
 from mindformers_tbplugin.framework.mindformers_api import register
 from mindformers_tbplugin.log import logger, route_to_mindformers
 
@@ -13,7 +13,7 @@ def register_callbacks() -> None:
         register(callback, "CALLBACK")
     route_to_mindformers()
     try:
-        from mindformers_tbplugin import cpu_wrapper  # noqa: F401  (importing it registers the wrapper)
+        from mindformers_tbplugin.framework import cpu_wrapper  # noqa: F401  (importing it registers the wrapper)
     except Exception as exc:  # a release without MindFormers' train wrapper: the callbacks still work
         logger.warning("CPUTrainOneStepCell is not available with this MindFormers (%r)", exc)
 

@@ -12,7 +12,7 @@ import types
 import typing
 from typing import Any
 
-from mindformers_tbplugin.schema import Param, params_of
+from mindformers_tbplugin.config.schema import Param, params_of
 
 _UNION_ORIGINS = (typing.Union, types.UnionType)  # Optional[int] and int | None
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import yaml
 
-from mindformers_tbplugin import rundir
-from mindformers_tbplugin.schema import check_entry, params_of
+from mindformers_tbplugin.config.schema import check_entry, params_of
+from mindformers_tbplugin.tfevents import run_folders
 
 CALLBACK_LISTS = ("callbacks", "eval_callbacks")
 # Keys MindFormers itself reads from any entry: the registry name and its module-loading route.
@@ -180,7 +180,7 @@ def registered_callbacks() -> dict[str, type]:
     from mindformers_tbplugin.framework.mindformers_api import registered
 
     with quiet_output():
-        import mindformers_tbplugin.registration  # noqa: F401  (ours too, whatever the environment)
+        import mindformers_tbplugin.framework.registration  # noqa: F401  (ours too, whatever the environment)
     return registered("CALLBACK")
 
 
@@ -282,14 +282,14 @@ class _Checker:
             )
 
     def check_log_dir(self, path: str, log_dir: str) -> None:
-        resolved = rundir.log_root(log_dir)  # MFTB_LOG_DIR (set by the msrun launcher) replaces log_dir
-        if not os.path.isabs(os.path.expanduser(log_dir)) and not os.environ.get(rundir.LOG_DIR_ENV, "").strip():
+        resolved = run_folders.log_root(log_dir)  # MFTB_LOG_DIR (set by the msrun launcher) replaces log_dir
+        if not os.path.isabs(os.path.expanduser(log_dir)) and not os.environ.get(run_folders.LOG_DIR_ENV, "").strip():
             self.warn(
                 path,
                 f"relative path '{log_dir}' resolves against the working directory of each training process "
                 f"(from here: {resolved}); an absolute path is safer under msrun and job schedulers",
             )
-        if rundir.is_non_ascii(resolved):
+        if run_folders.is_non_ascii(resolved):
             self.warn(path, f"{resolved} contains non-ASCII characters; some TensorBoard versions mishandle them")
         existing = next(p for p in (resolved, *resolved.parents) if p.exists())
         if not existing.is_dir():
@@ -300,12 +300,12 @@ class _Checker:
             self.warn(path, f"parent folder {resolved.parent} does not exist on this machine (it will be created)")
 
     def check_run_folder(self, where: str, cls: type, arguments: dict) -> None:
-        if rundir.unknown_run_name_fields(arguments["run_name_pattern"]):
+        if run_folders.unknown_run_name_fields(arguments["run_name_pattern"]):
             return
         name = arguments["run_name_pattern"].format(
             experiment=arguments["experiment"], timestamp="{timestamp}", rank="{rank}"
         )
-        folder = (rundir.log_root(arguments["log_dir"]), name)
+        folder = (run_folders.log_root(arguments["log_dir"]), name)
         first = self.run_folders.setdefault(folder, where)
         if first != where:
             self.error(
@@ -382,7 +382,7 @@ def check_file(path: str | Path, ours: dict[str, type] | None = None) -> Report:
         report.unusable = True
         return report
     if ours is None:
-        from mindformers_tbplugin.callback_types import our_callbacks
+        from mindformers_tbplugin.callbacks.catalog import our_callbacks
 
         ours = our_callbacks()
     _Checker(report, document, root, ours).run()
@@ -396,8 +396,8 @@ def check_before_training(path: str | Path) -> None:
     problem, both reported by ``mftb`` without a traceback (exit status 2). A missing file is left to
     the caller's own message.
     """
+    from mindformers_tbplugin.config.schema import ConfigError
     from mindformers_tbplugin.errors import UsageError
-    from mindformers_tbplugin.schema import ConfigError
 
     path = Path(path).expanduser().resolve()
     if not path.is_file():

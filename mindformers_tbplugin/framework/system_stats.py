@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from mindformers_tbplugin.log import logger
-from mindformers_tbplugin.metrics import (
+from mindformers_tbplugin.pipeline.metrics import (
     SYSTEM_DEVICE_MEM_ALLOCATED_GB,
     SYSTEM_DEVICE_MEM_PEAK_GB,
     SYSTEM_HOST_RSS_GB,

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from mindformers_tbplugin.log import logger
-from mindformers_tbplugin.metrics import EVAL_LOSS, EVAL_PERPLEXITY, EVAL_PREFIX
+from mindformers_tbplugin.pipeline.metrics import EVAL_LOSS, EVAL_PERPLEXITY, EVAL_PREFIX
 
 _LOSS_KEYS = {"loss", "eval_loss"}
 _PERPLEXITY_KEYS = {"ppl", "perplexity"}

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mindformers_tbplugin.alerts import Alert, AlertEngine, StallRule, parse_rules
-from mindformers_tbplugin.event_reader import EventFileReader
+from mindformers_tbplugin.tfevents.event_reader import EventFileReader
 
 
 @dataclass

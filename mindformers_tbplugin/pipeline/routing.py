@@ -16,11 +16,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mindformers_tbplugin import bus, metrics
+from mindformers_tbplugin.framework.collectives import Collectives
 from mindformers_tbplugin.log import logger
-from mindformers_tbplugin.metrics import MetricKind, StepMetrics
-from mindformers_tbplugin.ranks import MAX_DATA_TAGS, Collectives, DataAggregator, SystemSummary, Topology
-from mindformers_tbplugin.writer import RunWriter
+from mindformers_tbplugin.pipeline import listeners, metrics
+from mindformers_tbplugin.pipeline.aggregation import MAX_DATA_TAGS, DataAggregator, SystemSummary
+from mindformers_tbplugin.pipeline.metrics import MetricKind, StepMetrics
+from mindformers_tbplugin.pipeline.topology import Topology
+from mindformers_tbplugin.tfevents.writer import RunWriter
 
 LOCAL_PREFIX = "local/"
 
@@ -55,9 +57,9 @@ class MetricRouter:
         self._last_aggregated_step: int | None = None
         self._warned: set[str] = set()
         self.aggregations = 0
-        self.stop_agreed = False  # a rank asked the job to stop (bus.request_job_stop): every rank stops
+        self.stop_agreed = False  # a rank asked the job to stop (listeners.request_job_stop): every rank stops
         if self.collectives is not None:
-            bus.add_stop_carrier()
+            listeners.add_stop_carrier()
 
     @property
     def aggregating(self) -> bool:
@@ -101,7 +103,7 @@ class MetricRouter:
 
     def _write_main(self, step: int, values: dict[str, float]) -> None:
         self.main.add_scalars(step, values)
-        bus.publish(step, values)
+        listeners.publish(step, values)
         samples, tokens = self.options.samples_per_step, self.options.tokens_per_sample
         if self.options.vs_samples and samples:
             variants = metrics.x_axis_variants(values, metrics.VS_SAMPLES_SUFFIX)
@@ -119,7 +121,7 @@ class MetricRouter:
         self.aggregations += 1
         data, tags = self._data.pack(self.topology.holds_data_metrics)
         system = self._system.pack_slots(self.topology.rank, self.topology.world_size)
-        stop = np.array([1.0 if bus.take_stop_request() else 0.0], dtype=np.float32)
+        stop = np.array([1.0 if listeners.take_stop_request() else 0.0], dtype=np.float32)
         reduced = self.collectives.all_reduce_sum(np.concatenate([data, system, stop]))
         self.stop_agreed = self.stop_agreed or bool(reduced[-1] > 0)
         reduction = self._data.unpack(reduced[: data.size], tags)
@@ -158,7 +160,7 @@ class MetricRouter:
         no collective is attempted (other ranks may be gone) and this rank's values are written."""
         if self._data is None:
             return
-        bus.remove_stop_carrier()
+        listeners.remove_stop_carrier()
         if self._data.pending and clean:
             self.aggregate(self._data.pending[-1][0])
         elif self._data.pending and self.main is not None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from tensorboard.compat.proto import event_pb2
 
 # The writer owns the framing; checking with its own function keeps one definition of the checksum.
-from mindformers_tbplugin.writer import _masked_crc as masked_crc
+from mindformers_tbplugin.tfevents.writer import _masked_crc as masked_crc
 
 EVENT_FILE_MARKER = "tfevents"  # TensorBoard opens only files whose name contains it
 _HEADER = 12  # uint64 length + masked CRC32C of the length

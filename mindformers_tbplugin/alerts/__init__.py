@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, ClassVar
 
-from mindformers_tbplugin import metrics
-from mindformers_tbplugin.schema import ConfigError, Problem
+from mindformers_tbplugin.config.schema import ConfigError, Problem
+from mindformers_tbplugin.pipeline import metrics
 
 SEVERITIES = ("info", "warning", "critical")
 ACTIONS = ("warn", "stop")

@@ -32,7 +32,7 @@ from typing import Any
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
 from mindformers_tbplugin.log import logger
-from mindformers_tbplugin.scalar_encoding import encode_scalars_event
+from mindformers_tbplugin.tfevents.scalar_encoding import encode_scalars_event
 
 try:  # C implementation; the pure-Python fallback holds the GIL ~100x longer per record.
     import google_crc32c as _crc

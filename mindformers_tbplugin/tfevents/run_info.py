@@ -17,11 +17,12 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
 from tensorboard.plugins.hparams import summary_v2 as hp
 
-from mindformers_tbplugin import mf_config, model_graph
-from mindformers_tbplugin.metrics import EVAL_LOSS, TRAIN_LOSS, static_learning_rate
-from mindformers_tbplugin.model_facts import ModelFacts
-from mindformers_tbplugin.ranks import Topology
-from mindformers_tbplugin.writer import RunWriter
+from mindformers_tbplugin.framework import running_config
+from mindformers_tbplugin.tfevents import model_graph
+from mindformers_tbplugin.pipeline.metrics import EVAL_LOSS, TRAIN_LOSS, static_learning_rate
+from mindformers_tbplugin.framework.model_facts import ModelFacts
+from mindformers_tbplugin.pipeline.topology import Topology
+from mindformers_tbplugin.tfevents.writer import RunWriter
 
 if TYPE_CHECKING:
     from mindformers_tbplugin.framework.trainers import TrainStart
@@ -72,7 +73,7 @@ class RunInfoOptions:
 
 
 def hparam_values(
-    config: mf_config.RunningConfig | None,
+    config: running_config.RunningConfig | None,
     facts: ModelFacts,
     topology: Topology,
     experiment: str,
@@ -95,12 +96,12 @@ def hparam_values(
         values["learning_rate"] = lr
     if config is not None:
         for name, paths in _FROM_YAML:
-            found = (mf_config.get_path(config.config, path) for path in paths)
+            found = (running_config.get_path(config.config, path) for path in paths)
             value = next((v for v in found if v is not None and not isinstance(v, (Mapping, list, tuple))), None)
             if value is not None:
                 values[name] = value
-        if mf_config.get_path(config.config, "lr_schedule.learning_rate") is None:
-            optimizer_lr = mf_config.get_path(config.config, "optimizer.learning_rate")
+        if running_config.get_path(config.config, "lr_schedule.learning_rate") is None:
+            optimizer_lr = running_config.get_path(config.config, "optimizer.learning_rate")
             if optimizer_lr is not None and not isinstance(optimizer_lr, Mapping):
                 values["learning_rate"] = optimizer_lr
     accumulation = values.get("gradient_accumulation_steps") or 1
@@ -128,7 +129,7 @@ def _typed(name: str, value: Any) -> bool | float | str | None:
 
 def config_text(config: Mapping[str, Any]) -> str:
     """The resolved config as YAML inside a Markdown code block (secret-looking values masked)."""
-    body = yaml.safe_dump(mf_config.plain(config), sort_keys=False, allow_unicode=True, width=120)
+    body = yaml.safe_dump(running_config.plain(config), sort_keys=False, allow_unicode=True, width=120)
     return f"```yaml\n{body}```"
 
 

@@ -11,7 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from mindformers_tbplugin.ranks import Topology
+from mindformers_tbplugin.pipeline.topology import Topology
 
 
 @dataclass
@@ -83,3 +83,12 @@ def read_model_facts(cb_params: Any, topology: Topology) -> ModelFacts:
         facts.samples_per_step = float(batch * topology.data_parallel_factor)
     facts.tokens_per_sample = _seq_length(network)
     return facts
+
+
+def loss_scale_for_pipeline(topology: Topology, network: Any) -> float:
+    """MFLossMonitor divides the loss by the number of micro-batches under pipeline parallelism
+    (the pipeline cell sums them); return that divisor so our loss equals the printed one."""
+    if topology.pipeline_stages <= 1:
+        return 1.0
+    micro = find_attribute(network, "micro_size")
+    return float(micro) if isinstance(micro, int) and micro > 1 else 1.0

@@ -1,7 +1,7 @@
 """The checks behind ``mftb doctor``: what users otherwise find out by hand when TensorBoard shows nothing or nonsense.
 
 Each check returns a :class:`Verdict` with what it found and how to fix it. Event files are read once,
-streaming (:mod:`mindformers_tbplugin.eventscan`); the checks share that one pass.
+streaming (:mod:`mindformers_tbplugin.tfevents.eventscan`); the checks share that one pass.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mindformers_tbplugin import eventscan, tbserver
+from mindformers_tbplugin.tfevents import eventscan
+from mindformers_tbplugin.viewer import tensorboard_server
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 OPEN_SECS = 10.0  # a file modified this recently is still being written (TensorBoardMonitor flushes every 5 s)
@@ -320,11 +321,11 @@ def _same_or_parent(served: str, logdir: Path) -> bool:
 
 def check_server(logdir: Path, port: int, runs: list[RunScan]) -> Verdict:
     name = f"TensorBoard on port {port}"
-    facts = tbserver.probe(port)
+    facts = tensorboard_server.probe(port)
     if facts is None:
         others = _servers_for(logdir)
-        details = [f"TensorBoard serving it: http://{tbserver.LOOPBACK}:{p}/" for p in others]
-        listening = not tbserver.port_is_free(port)
+        details = [f"TensorBoard serving it: http://{tensorboard_server.LOOPBACK}:{p}/" for p in others]
+        listening = not tensorboard_server.port_is_free(port)
         summary = f"something else listens on 127.0.0.1:{port}" if listening else f"nothing listens on {port}"
         return Verdict(name, FAIL, summary, details, f"mftb tensorboard {logdir} --port {port}")
     if not facts.logdir or not _same_or_parent(facts.logdir, logdir):

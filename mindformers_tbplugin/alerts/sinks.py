@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from mindformers_tbplugin.alerts import Alert
+from mindformers_tbplugin.config.schema import ConfigError, Problem
 from mindformers_tbplugin.log import logger
-from mindformers_tbplugin.schema import ConfigError, Problem
 
 SINK_NAMES = ("log", "tensorboard", "jsonl", "command", "webhook")
 PLACEHOLDERS = ("rule", "message", "tag", "step", "value", "severity", "run")
@@ -69,7 +69,7 @@ class TensorBoardSink(Sink):
     """``alerts/<rule>`` = 1 at the alert's step, and the message under ``alerts/messages`` (Text tab)."""
 
     def emit(self, alert: Alert) -> None:
-        from mindformers_tbplugin.custom_metrics import log_scalars, log_text
+        from mindformers_tbplugin.pipeline.custom_metrics import log_scalars, log_text
 
         log_scalars({f"alerts/{alert.rule}": 1.0}, step=alert.step, kind="model")
         log_text("alerts/messages", f"[{alert.severity}] {alert.rule} {alert.tag}: {alert.message}", step=alert.step)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mindformers_tbplugin.log import logger
-from mindformers_tbplugin.metrics import MetricKind
+from mindformers_tbplugin.pipeline.metrics import MetricKind
 
 MetricFn = Callable[[Any], dict[str, float]]
 

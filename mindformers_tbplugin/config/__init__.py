@@ -1,0 +1,2 @@
+"""Configuration: the one schema system (callback parameters and alert rules), JSON Schema, and the
+YAML checker behind `mftb validate`."""

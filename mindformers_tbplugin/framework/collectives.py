@@ -1,0 +1,80 @@
+"""MindSpore's view of the job: this process's topology and the host-side collectives.
+
+The only module that calls collectives. Per aggregation interval a multi-rank job communicates once
+(see :mod:`mindformers_tbplugin.pipeline.aggregation` for what the vector carries).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from mindformers_tbplugin.pipeline.topology import Topology
+
+
+def _env_int(*names: str, default: int) -> int:
+    for name in names:
+        value = os.environ.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return default
+
+
+def current_topology(pipeline_stages: int | None = None) -> Topology:
+    """This process's place in the job. Without initialised communication every process is its
+    own single-rank job (it cannot agree with others on anything), whatever msrun's env says.
+    ``pipeline_stages``: as the trainer's config says (MindFormers 2.x's PyNative trainer does not
+    use MindSpore's auto-parallel context); by default that context's value."""
+    rank = _env_int("RANK_ID", "MS_NODE_ID", default=0)
+    world_size, parallel_mode, full_batch, communicating = 1, "stand_alone", False, False
+    try:
+        from mindspore import communication, context
+
+        if communication.GlobalComm.INITED:
+            rank, world_size = communication.get_rank(), communication.get_group_size()
+            communicating = world_size > 1
+        parallel_mode = str(context.get_auto_parallel_context("parallel_mode"))
+        full_batch = bool(context.get_auto_parallel_context("full_batch"))
+        if pipeline_stages is None:
+            pipeline_stages = int(context.get_auto_parallel_context("pipeline_stages") or 1)
+    except Exception:  # no MindSpore context: a plain single process
+        pass
+    return Topology(rank, world_size, pipeline_stages or 1, parallel_mode, full_batch, communicating)
+
+
+class Collectives:
+    """Small host-side collectives over the world group, counted (tests check the count)."""
+
+    def __init__(self) -> None:
+        from mindspore import ops
+
+        self._all_reduce = ops.AllReduce()
+        self._all_gather = ops.AllGather()
+        self.calls = 0
+
+    def all_reduce_sum(self, vector: np.ndarray) -> np.ndarray:
+        from mindspore import Tensor
+
+        self.calls += 1
+        return self._all_reduce(Tensor(vector)).asnumpy()
+
+    def all_gather(self, vector: np.ndarray) -> np.ndarray:
+        """Rows of every rank's ``vector``, in rank order."""
+        from mindspore import Tensor
+
+        self.calls += 1
+        return self._all_gather(Tensor(vector[None, :])).asnumpy()
+
+
+def agree_on_ints(collectives: Collectives | None, topology: Topology, values: list[int]) -> list[int]:
+    """The writer rank's non-negative ``values`` on every rank (one all-gather; run folder naming).
+
+    Host collectives on CPU carry float32, exact only up to 2**24: each int travels as 16-bit halves.
+    """
+    if collectives is None or not topology.communicating:
+        return values
+    halves = [part for value in values for part in divmod(value, 1 << 16)] if topology.is_writer else []
+    mine = np.asarray(halves or [0] * (2 * len(values)), dtype=np.float32)
+    row = collectives.all_gather(mine)[topology.writer_rank]
+    return [int(high) * (1 << 16) + int(low) for high, low in zip(row[0::2], row[1::2], strict=True)]

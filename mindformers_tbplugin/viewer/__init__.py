@@ -1,0 +1,1 @@
+"""The TensorBoard side: starting and probing a server, and the `mftb doctor` checks."""
