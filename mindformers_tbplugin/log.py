@@ -37,3 +37,16 @@ def route_to_mindformers() -> None:
     logger.addHandler(_ToMindFormersLogger(resolve("mindformers_logger")))
     logger.setLevel(logging.INFO)
     logger.propagate = False
+
+
+class WarnOnce:
+    """Warn at most once per key: a failure that repeats every step is said once, not a thousand times."""
+
+    def __init__(self, note: str = "") -> None:
+        self._said: set[str] = set()
+        self._note = note  # appended to each message, e.g. that repeats go unreported
+
+    def __call__(self, key: str, message: str) -> None:
+        if key not in self._said:
+            self._said.add(key)
+            logger.warning(message + self._note)

@@ -23,7 +23,7 @@ from typing import Any
 
 from mindformers_tbplugin.alerts import Alert
 from mindformers_tbplugin.config.schema import ConfigError, Problem
-from mindformers_tbplugin.log import logger
+from mindformers_tbplugin.log import WarnOnce, logger
 
 SINK_NAMES = ("log", "tensorboard", "jsonl", "command", "webhook")
 PLACEHOLDERS = ("rule", "message", "tag", "step", "value", "severity", "run")
@@ -84,7 +84,7 @@ class BackgroundSink(Sink):
         self._queue: deque[Alert | None] = deque(maxlen=QUEUE_LIMIT)
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
-        self._warned: set[str] = set()
+        self.warn_once = WarnOnce(note=" (further failures of this kind are not reported)")
 
     def emit(self, alert: Alert) -> None:
         with self._wake:
@@ -121,11 +121,6 @@ class BackgroundSink(Sink):
 
     def finish(self) -> None:
         """Called on the sink's thread after the last alert."""
-
-    def warn_once(self, key: str, message: str) -> None:
-        if key not in self._warned:
-            self._warned.add(key)
-            logger.warning("%s (further failures of this kind are not reported)", message)
 
 
 class JsonlSink(BackgroundSink):
@@ -277,16 +272,14 @@ class Dispatcher:
 
     def __init__(self, sinks: Sequence[Sink]) -> None:
         self.sinks = list(sinks)
-        self._warned: set[int] = set()
+        self._warn_once = WarnOnce()
 
     def dispatch(self, alert: Alert) -> None:
         for sink in self.sinks:
             try:
                 sink.emit(alert)
             except Exception as exc:  # alerting must never stop training or the watcher
-                if id(sink) not in self._warned:
-                    self._warned.add(id(sink))
-                    logger.warning("alert sink %s failed: %r", type(sink).__name__, exc)
+                self._warn_once(str(id(sink)), f"alert sink {type(sink).__name__} failed: {exc!r}")
 
     def close(self, timeout: float = 5.0) -> None:
         for sink in self.sinks:

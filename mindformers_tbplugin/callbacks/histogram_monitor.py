@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from mindformers_tbplugin.config.schema import ConfigError, Problem, Range, check_entry
 from mindformers_tbplugin.framework.trainers import MonitorCallback, StepEnd, TrainStart
-from mindformers_tbplugin.log import logger
+from mindformers_tbplugin.log import WarnOnce
 from mindformers_tbplugin.pipeline import custom_metrics, histograms
 from mindformers_tbplugin.tfevents.writer import get_writer
 
@@ -54,7 +54,7 @@ class HistogramMonitor(MonitorCallback):
         self._params: list[Any] = []  # the selected parameters, fixed at train begin
         self._on_device = False
         self._last_step = 0  # global step of the last round (the initial step before the first)
-        self._warned: set[str] = set()
+        self._warn_once = WarnOnce()
 
     @classmethod
     def check_cross_fields(cls, arguments: Mapping[str, Any]) -> list[Problem]:
@@ -115,11 +115,6 @@ class HistogramMonitor(MonitorCallback):
             summary = histograms.histogram(values, self.bins)
             if summary is not None:
                 writer.add_histogram(step, TAG_PREFIX + param.name, summary.stats, summary.limits, summary.counts)
-
-    def _warn_once(self, key: str, message: str) -> None:
-        if key not in self._warned:
-            self._warned.add(key)
-            logger.warning(message)
 
 
 def _device_target() -> str:

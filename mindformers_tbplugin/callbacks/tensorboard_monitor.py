@@ -17,7 +17,7 @@ from mindformers_tbplugin.framework.eval_hook import EvalRecorder
 from mindformers_tbplugin.framework.model_facts import ModelFacts, loss_scale_for_pipeline
 from mindformers_tbplugin.framework.system_stats import MemoryReadings
 from mindformers_tbplugin.framework.trainers import MonitorCallback, StepEnd, TrainStart
-from mindformers_tbplugin.log import logger
+from mindformers_tbplugin.log import WarnOnce, logger
 from mindformers_tbplugin.pipeline import custom_metrics, metrics
 from mindformers_tbplugin.pipeline.metrics import MetricKind, StepMetrics
 from mindformers_tbplugin.pipeline.routing import MetricRouter, RouterOptions
@@ -173,7 +173,7 @@ class TensorBoardMonitor(MonitorCallback):
         self._last_log_time: float | None = None
         self._static_lr: float | None = None
         self._stopping = False
-        self._warned: set[str] = set()
+        self._warn_once = WarnOnce()
 
     @classmethod
     def check_cross_fields(cls, arguments: Mapping[str, Any]) -> list[Problem]:
@@ -420,11 +420,6 @@ class TensorBoardMonitor(MonitorCallback):
             fn(*args)
         except Exception as exc:
             self._warn_once(key, f"TensorBoardMonitor: {exc!r} in {fn.__name__}; training continues")
-
-    def _warn_once(self, key: str, message: str) -> None:
-        if key not in self._warned:
-            self._warned.add(key)
-            logger.warning(message)
 
 
 def _local_time(stamp: int) -> datetime:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from mindformers_tbplugin.log import logger
+from mindformers_tbplugin.log import WarnOnce
 from mindformers_tbplugin.pipeline.metrics import MetricKind
 
 MetricFn = Callable[[Any], dict[str, float]]
@@ -65,7 +65,7 @@ class ScalarSink(Protocol):
 
 
 _active_sinks: list[ScalarSink] = []
-_warned_no_sink = False
+_warn_once = WarnOnce()
 
 
 def attach(sink: ScalarSink) -> None:
@@ -97,11 +97,8 @@ def log_scalars(values: dict[str, float], step: int | None = None, kind: MetricK
     ``"data"`` (mean over data-parallel ranks), ``"model"`` (written once) or ``"system"`` (per rank).
     Outside a monitored training this warns once and drops the values; it never raises for that.
     """
-    global _warned_no_sink
     if not _active_sinks:
-        if not _warned_no_sink:
-            _warned_no_sink = True
-            logger.warning("log_scalars: no TensorBoardMonitor is running in this process; values dropped.")
+        _warn_once("no-monitor", "log_scalars: no TensorBoardMonitor is running in this process; values dropped.")
         return
     resolved = MetricKind(kind)
     for sink in _active_sinks:
@@ -114,11 +111,8 @@ def log_text(tag: str, text: str, step: int | None = None) -> None:
     Written by the rank that writes the main run; other ranks' calls are ignored. Outside a
     monitored training this warns once and drops the text.
     """
-    global _warned_no_sink
     if not _active_sinks:
-        if not _warned_no_sink:
-            _warned_no_sink = True
-            logger.warning("log_text: no TensorBoardMonitor is running in this process; text dropped.")
+        _warn_once("no-monitor-text", "log_text: no TensorBoardMonitor is running in this process; text dropped.")
         return
     for sink in _active_sinks:
         sink.log_custom_text(tag, text, step)

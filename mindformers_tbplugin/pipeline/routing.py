@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mindformers_tbplugin.framework.collectives import Collectives
-from mindformers_tbplugin.log import logger
+from mindformers_tbplugin.log import WarnOnce, logger
 from mindformers_tbplugin.pipeline import listeners, metrics
 from mindformers_tbplugin.pipeline.aggregation import MAX_DATA_TAGS, DataAggregator, SystemSummary
 from mindformers_tbplugin.pipeline.metrics import MetricKind, StepMetrics
@@ -55,7 +55,7 @@ class MetricRouter:
         self._data = DataAggregator(options.aggregate_every) if self.collectives else None
         self._system = SystemSummary() if self.collectives else None
         self._last_aggregated_step: int | None = None
-        self._warned: set[str] = set()
+        self._warn_once = WarnOnce()
         self.aggregations = 0
         self.stop_agreed = False  # a rank asked the job to stop (listeners.request_job_stop): every rank stops
         if self.collectives is not None:
@@ -149,11 +149,6 @@ class MetricRouter:
         summary = SystemSummary.summarize(gathered, self.options.topk_ranks)
         if summary:
             self._write_main(step, summary)
-
-    def _warn_once(self, key: str, message: str) -> None:
-        if key not in self._warned:
-            self._warned.add(key)
-            logger.warning(message)
 
     def finish(self, clean: bool) -> None:
         """End of training. After a clean end every rank aggregates what is left; after a failure

@@ -31,7 +31,7 @@ from typing import Any
 
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
-from mindformers_tbplugin.log import logger
+from mindformers_tbplugin.log import WarnOnce, logger
 from mindformers_tbplugin.tfevents.scalar_encoding import encode_scalars_event
 
 try:  # C implementation; the pure-Python fallback holds the GIL ~100x longer per record.
@@ -166,7 +166,7 @@ class RunWriter:
         self._closed = False
         self._file: EventFile | None = None
         self._failing_since: str | None = None
-        self._warned: set[str] = set()
+        self._warn_once = WarnOnce()
         self.files: list[Path] = []
         self._thread = threading.Thread(target=self._run, name=f"mftb-writer:{self.run_dir.name}", daemon=True)
         self._thread.start()
@@ -287,9 +287,8 @@ class RunWriter:
             return
         if self._failing_since is not None:
             self._failing_since = None
-            if "recovered" not in self._warned:  # said once: a disk that fills again must not flood the log
-                self._warned.add("recovered")
-                logger.warning("TensorBoard writer for %s: writing works again, monitoring resumed.", self.run_dir)
+            # said once: a disk that fills again must not flood the log
+            self._warn_once("recovered", f"TensorBoard writer for {self.run_dir}: writing works again, monitoring resumed.")
 
     def _build_guarded(
         self, build: Callable[[int, float], event_pb2.Event], step: int, wall_time: float
@@ -340,12 +339,6 @@ class RunWriter:
                 f"TensorBoard writer for {self.run_dir} cannot write ({exc}); training goes on, "
                 "points are dropped until writing works again.",
             )
-
-    def _warn_once(self, key: str, message: str) -> None:
-        if key in self._warned:
-            return
-        self._warned.add(key)
-        logger.warning(message)
 
 
 # ---------------------------------------------------------------------------------------------
