@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 from mindformers_tbplugin.config.schema import ConfigError, Problem, Range, check_entry
+from mindformers_tbplugin.framework.collectives import device_target
 from mindformers_tbplugin.framework.trainers import MonitorCallback, StepEnd, TrainStart
 from mindformers_tbplugin.log import WarnOnce
 from mindformers_tbplugin.pipeline import custom_metrics, histograms
@@ -92,7 +93,7 @@ class HistogramMonitor(MonitorCallback):
             self._warn_once(
                 "empty", f"HistogramMonitor: no parameter matches include={self.include} exclude={self.exclude}"
             )
-        self._on_device = _device_target() != "CPU"  # a CPU tensor's asnumpy() shares memory: sample in numpy
+        self._on_device = device_target() != "CPU"  # a CPU tensor's asnumpy() shares memory: sample in numpy
 
     def _guarded_round(self, step: int) -> None:
         if step <= self._last_step:  # the step and epoch schedules met
@@ -115,9 +116,3 @@ class HistogramMonitor(MonitorCallback):
             summary = histograms.histogram(values, self.bins)
             if summary is not None:
                 writer.add_histogram(step, TAG_PREFIX + param.name, summary.stats, summary.limits, summary.counts)
-
-
-def _device_target() -> str:
-    from mindspore import context
-
-    return str(context.get_context("device_target"))

@@ -43,6 +43,13 @@ def current_topology(pipeline_stages: int | None = None) -> Topology:
     return Topology(rank, world_size, pipeline_stages or 1, parallel_mode, full_batch, communicating)
 
 
+def device_target() -> str:
+    """MindSpore's ``device_target`` (``Ascend``, ``GPU`` or ``CPU``)."""
+    from mindspore import context
+
+    return str(context.get_context("device_target"))
+
+
 class Collectives:
     """Small host-side collectives over the world group, counted (tests check the count)."""
 

@@ -60,31 +60,35 @@ def resolve_extra_metric(reference: str) -> ExtraMetric:
     return ExtraMetric(reference, fn, MetricKind(getattr(fn, "mftb_kind", MetricKind.MODEL)))
 
 
-class ScalarSink(Protocol):
+class RunningMonitor(Protocol):
+    """What ``log_scalars``/``log_text`` need of the TensorBoardMonitor that receives them."""
+
     def log_custom(self, values: dict[str, float], step: int | None, kind: MetricKind) -> None: ...
 
+    def log_custom_text(self, tag: str, text: str, step: int | None) -> None: ...
 
-_active_sinks: list[ScalarSink] = []
+
+_running_monitors: list[RunningMonitor] = []
 _warn_once = WarnOnce()
 
 
-def attach(sink: ScalarSink) -> None:
+def attach(monitor: RunningMonitor) -> None:
     """Called by a monitor at train begin: ``log_scalars`` now writes into its run."""
-    if sink not in _active_sinks:
-        _active_sinks.append(sink)
+    if monitor not in _running_monitors:
+        _running_monitors.append(monitor)
 
 
-def detach(sink: ScalarSink) -> None:
-    if sink in _active_sinks:
-        _active_sinks.remove(sink)
+def detach(monitor: RunningMonitor) -> None:
+    if monitor in _running_monitors:
+        _running_monitors.remove(monitor)
 
 
 def active_run_dir() -> Path | None:
     """Main run folder of the TensorBoardMonitor running in this process, looked up at call time
     (None outside a monitored training). Only the writing rank (``Topology.is_writer``) may write
     there; it gets the monitor's own writer with ``writer.get_writer(active_run_dir())``."""
-    for sink in _active_sinks:
-        run_dir = getattr(sink, "run_dir", None)
+    for monitor in _running_monitors:
+        run_dir = getattr(monitor, "run_dir", None)
         if run_dir is not None:
             return Path(run_dir)
     return None
@@ -97,12 +101,12 @@ def log_scalars(values: dict[str, float], step: int | None = None, kind: MetricK
     ``"data"`` (mean over data-parallel ranks), ``"model"`` (written once) or ``"system"`` (per rank).
     Outside a monitored training this warns once and drops the values; it never raises for that.
     """
-    if not _active_sinks:
+    if not _running_monitors:
         _warn_once("no-monitor", "log_scalars: no TensorBoardMonitor is running in this process; values dropped.")
         return
     resolved = MetricKind(kind)
-    for sink in _active_sinks:
-        sink.log_custom(values, step, resolved)
+    for monitor in _running_monitors:
+        monitor.log_custom(values, step, resolved)
 
 
 def log_text(tag: str, text: str, step: int | None = None) -> None:
@@ -111,8 +115,8 @@ def log_text(tag: str, text: str, step: int | None = None) -> None:
     Written by the rank that writes the main run; other ranks' calls are ignored. Outside a
     monitored training this warns once and drops the text.
     """
-    if not _active_sinks:
+    if not _running_monitors:
         _warn_once("no-monitor-text", "log_text: no TensorBoardMonitor is running in this process; text dropped.")
         return
-    for sink in _active_sinks:
-        sink.log_custom_text(tag, text, step)
+    for monitor in _running_monitors:
+        monitor.log_custom_text(tag, text, step)

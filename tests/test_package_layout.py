@@ -1,0 +1,100 @@
+"""The package's shape, as docs/architecture.md states it: rooms by concern, small modules, no import
+circle, MindSpore/MindFormers known only to framework/, the file format spelled in one module."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "mindformers_tbplugin"
+NAME = PACKAGE.name
+MAX_TOP_LEVEL_MODULES = 12
+MAX_MODULE_LINES = 450
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported_names(path: Path) -> list[str]:
+    """Every absolute import in the module, at any depth (a function-level import counts too)."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module)
+            names.extend(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def package_imports(module: str) -> set[str]:
+    """The modules of ours that ``module`` imports (``from pkg import mod`` counts as ``pkg.mod``)."""
+    return {name for name in imported_names(MODULES[module]) if name in MODULES and name != module}
+
+
+def test_few_modules_directly_in_the_package():
+    top_level = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert len(top_level) <= MAX_TOP_LEVEL_MODULES, top_level
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_module_is_small(module):
+    lines = MODULES[module].read_text(encoding="utf-8").count("\n")
+    assert lines <= MAX_MODULE_LINES, f"{module}: {lines} lines"
+
+
+def test_no_import_circle():
+    graph = {module: package_imports(module) for module in MODULES}
+    # A package __init__ that imports its own modules is not a circle with them.
+    for module, targets in graph.items():
+        if MODULES[module].name == "__init__.py":
+            graph[module] = {t for t in targets if not t.startswith(module + ".")}
+    circles = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                circles.append([*path[path.index(target) :], target])
+            elif target not in state:
+                visit(target, [*path, target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert not circles, circles
+
+
+def test_only_framework_imports_mindspore_or_mindformers():
+    offenders = {
+        module: sorted({name.split(".")[0] for name in imported_names(path)} & {"mindspore", "mindformers"})
+        for module, path in MODULES.items()
+        if not module.startswith(f"{NAME}.framework")
+    }
+    assert not {module: found for module, found in offenders.items() if found}
+
+
+def test_tfevents_knows_only_itself():
+    """The file format room is a library: it uses nothing of the pipeline, framework or callbacks."""
+    allowed = (f"{NAME}.tfevents", f"{NAME}.log", f"{NAME}.errors")
+    outside = {
+        module: sorted(t for t in package_imports(module) if not t.startswith(allowed))
+        for module in MODULES
+        if module.startswith(f"{NAME}.tfevents")
+    }
+    assert not {module: found for module, found in outside.items() if found}
+
+
+def test_record_framing_lives_in_one_module():
+    """The masked-CRC constant is part of the record framing: exactly one module may spell it."""
+    spelling = [name for name, path in MODULES.items() if "0xa282ead8" in path.read_text(encoding="utf-8").lower()]
+    assert spelling == [f"{NAME}.tfevents.records"]
