@@ -18,7 +18,7 @@ STEP_SECONDS = 0.02
 
 _CHILD = """
 import sys, time
-from mindformers_tbplugin.tfevents.writer import get_writer
+from mindformers_tbplugin.tfevents.registry import get_writer
 run_dir, flush_secs, mode, pause = sys.argv[1], float(sys.argv[2]), sys.argv[3], float(sys.argv[4])
 writer = get_writer(run_dir, flush_secs=flush_secs)
 if mode == "queue":

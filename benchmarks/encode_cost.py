@@ -16,8 +16,7 @@ import sys
 _CHILD = """
 import json, statistics, sys, time
 from google.protobuf.internal import api_implementation
-from mindformers_tbplugin.tfevents.scalar_encoding import encode_scalars_event
-from mindformers_tbplugin.tfevents.writer import scalars_event
+from mindformers_tbplugin.tfevents.events import encode_scalars_event, scalars_event
 events, rounds = int(sys.argv[1]), int(sys.argv[2])
 values = {f"bench/metric_{i}": 0.001 * i for i in range(10)}
 variants = {

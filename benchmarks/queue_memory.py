@@ -17,7 +17,8 @@ import tempfile
 
 _CHILD = """
 import json, sys, threading, time
-from mindformers_tbplugin.tfevents.writer import RunWriter, session_start_event
+from mindformers_tbplugin.tfevents.events import session_start_event
+from mindformers_tbplugin.tfevents.writer import RunWriter
 
 def status_kb(field):
     for line in open("/proc/self/status"):

@@ -38,7 +38,8 @@ class ReadResult:
 
 def write_log(run_dir: Path, points: int) -> Path:
     """One event file with ``points`` scalars, 10 tags per event, noisy values."""
-    from mindformers_tbplugin.tfevents.writer import EventFile, scalars_event
+    from mindformers_tbplugin.tfevents.event_file import EventFile
+    from mindformers_tbplugin.tfevents.events import scalars_event
 
     event_file = EventFile(run_dir)
     tags = [f"bench/tag_{i}" for i in range(TAGS)]
@@ -63,7 +64,7 @@ def _peak_rss_mb() -> float:
 
 
 def _read_mftb(path: Path) -> int:
-    from mindformers_tbplugin.tfevents.event_reader import EventFileReader
+    from mindformers_tbplugin.tfevents.reader import EventFileReader
 
     count = 0
     for _ in EventFileReader(path).read():
@@ -85,7 +86,7 @@ READERS = {"mftb EventFileReader": _read_mftb, "TensorBoard EventAccumulator": _
 def _child(reader: str, path: Path) -> None:
     import tensorboard.backend.event_processing.event_accumulator  # noqa: F401
 
-    import mindformers_tbplugin.tfevents.event_reader  # noqa: F401  (imports are not part of the timing)
+    import mindformers_tbplugin.tfevents.reader  # noqa: F401  (imports are not part of the timing)
 
     baseline = _peak_rss_mb()
     start = time.perf_counter()

@@ -14,8 +14,8 @@ from pathlib import Path
 from conftest import read_scalars, subprocess_env
 from tensorboard.compat.proto import summary_pb2
 
-from mindformers_tbplugin.tfevents.scalar_encoding import encode_scalars_event
-from mindformers_tbplugin.tfevents.writer import RunWriter, scalars_event
+from mindformers_tbplugin.tfevents.events import encode_scalars_event, scalars_event
+from mindformers_tbplugin.tfevents.writer import RunWriter
 
 FLOAT_MAX = float.fromhex("0x1.fffffep+127")
 # Values where a careless float32 narrowing goes wrong: non-finite, signed zero, beyond float32 (one
@@ -74,7 +74,7 @@ def test_bytes_equal_protobufs_pure_python_serialisation() -> None:
 _UPB_CHILD = """
 import json, pickle, sys
 from google.protobuf.internal import api_implementation
-from mindformers_tbplugin.tfevents.writer import scalars_event
+from mindformers_tbplugin.tfevents.events import scalars_event
 assert api_implementation.Type() == "upb", api_implementation.Type()
 events = pickle.loads(sys.stdin.buffer.read())
 print(json.dumps([scalars_event(s, w, v).SerializeToString().hex() for s, w, v in events]))

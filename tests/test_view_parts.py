@@ -13,11 +13,11 @@ import pytest
 from conftest import plugin_log
 
 from mindformers_tbplugin.config.schema import ConfigError
-from mindformers_tbplugin.framework import eval_hook, running_config
+from mindformers_tbplugin.framework import eval_hook, run_description, running_config
 from mindformers_tbplugin.framework.model_facts import ModelFacts
 from mindformers_tbplugin.pipeline import histograms
 from mindformers_tbplugin.pipeline.topology import Topology
-from mindformers_tbplugin.tfevents import model_graph, run_info
+from mindformers_tbplugin.tfevents import events
 from mindformers_tbplugin.tfevents.writer import RunWriter
 
 
@@ -162,18 +162,18 @@ def test_cell_graph_and_parameter_table_of_a_real_network() -> None:
             super().__init__()
             self.network = network
 
-    cells = model_graph.describe_cells(model_graph.unwrap_model(Wrapper(Net())))
+    cells = run_description.describe_cells(run_description.unwrap_model(Wrapper(Net())))
     by_path = {cell.path: cell for cell in cells}
     assert by_path[""].type == "Net" and by_path[""].total == 2 * (8 * 4 + 4 + 4 + 4) + 8
     assert by_path[""].trainable == by_path[""].total - 2 * 4
     assert by_path["blocks.0"].total == 44 and by_path["blocks.0.dense"].params[0].shape == (4, 8)
-    graph = model_graph.graph_def(cells)
+    graph = events.graph_def(cells)
     nodes = {node.name: node for node in graph.node}
     dense = nodes["Net/blocks/1/dense/Dense"]
     assert list(dense.input) == ["Net/blocks/1/dense/weight", "Net/blocks/1/dense/bias"]
     weight = nodes["Net/blocks/1/dense/weight"]
     assert [d.size for d in weight.attr["shape"].shape.dim] == [4, 8] and weight.attr["count"].i == 32
-    table = model_graph.parameter_table(cells)
+    table = run_description.parameter_table(cells)
     assert "| `blocks` | CellList | 88 | 80 |" in table and "| `head` | Dense | 8 | 8 |" in table
 
 
@@ -195,7 +195,9 @@ def test_hparams_from_a_config_take_their_column_types() -> None:
         full_batch=False,
         communicating=True,
     )
-    values = run_info.hparam_values(running_config.RunningConfig(config, None), facts, topology, "exp", 1000, None)
+    values = run_description.hparam_values(
+        running_config.RunningConfig(config, None), facts, topology, "exp", 1000, None
+    )
     assert values == {
         "experiment": "exp",
         "world_size": 8,

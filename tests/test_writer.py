@@ -15,7 +15,8 @@ from conftest import HELPERS, plugin_log, read_scalars, subprocess_env
 from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
-from mindformers_tbplugin.tfevents.writer import RunWriter, get_writer
+from mindformers_tbplugin.tfevents.registry import get_writer
+from mindformers_tbplugin.tfevents.writer import RunWriter
 
 
 def _events(run_dir: Path) -> list:

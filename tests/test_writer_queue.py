@@ -7,7 +7,8 @@ from pathlib import Path
 
 from conftest import plugin_log, read_scalars
 
-from mindformers_tbplugin.tfevents.writer import RunWriter, session_start_event
+from mindformers_tbplugin.tfevents.events import session_start_event
+from mindformers_tbplugin.tfevents.writer import RunWriter
 
 
 def stall(writer: RunWriter) -> threading.Event:

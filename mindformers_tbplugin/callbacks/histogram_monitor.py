@@ -10,7 +10,7 @@ from mindformers_tbplugin.framework.collectives import device_target
 from mindformers_tbplugin.framework.trainers import MonitorCallback, StepEnd, TrainStart
 from mindformers_tbplugin.log import WarnOnce
 from mindformers_tbplugin.pipeline import custom_metrics, histograms
-from mindformers_tbplugin.tfevents.writer import get_writer
+from mindformers_tbplugin.tfevents.registry import get_writer
 
 TAG_PREFIX = "params/"
 

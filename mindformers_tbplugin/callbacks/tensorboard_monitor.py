@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from mindformers_tbplugin.config.schema import ConfigError, Problem, Range, check_entry
+from mindformers_tbplugin.framework import run_description
 from mindformers_tbplugin.framework.collectives import Collectives, agree_on_ints
 from mindformers_tbplugin.framework.eval_hook import EvalRecorder
 from mindformers_tbplugin.framework.model_facts import ModelFacts, loss_scale_for_pipeline
@@ -22,8 +23,9 @@ from mindformers_tbplugin.pipeline import custom_metrics, metrics
 from mindformers_tbplugin.pipeline.metrics import MetricKind, StepMetrics
 from mindformers_tbplugin.pipeline.routing import MetricRouter, RouterOptions
 from mindformers_tbplugin.pipeline.topology import Topology
-from mindformers_tbplugin.tfevents import run_folders, run_info
-from mindformers_tbplugin.tfevents.writer import RunWriter, get_writer, on_sigterm, remove_sigterm_listener
+from mindformers_tbplugin.tfevents import run_folders
+from mindformers_tbplugin.tfevents.registry import get_writer, on_sigterm, remove_sigterm_listener
+from mindformers_tbplugin.tfevents.writer import RunWriter
 
 
 class TensorBoardMonitor(MonitorCallback):
@@ -156,7 +158,7 @@ class TensorBoardMonitor(MonitorCallback):
         self.archive_dir = run_folders.absolute_path(archive_dir) if archive_dir else None
         self.min_free_gb = min_free_gb
         self.resumed_from: int | None = None  # the restored step, when this run continues another
-        self._run_info = run_info.RunInfoOptions(hparams=log_hparams, config=log_config, graph=log_graph)
+        self._run_info = run_description.RunInfoOptions(hparams=log_hparams, config=log_config, graph=log_graph)
         self._eval_recorder = EvalRecorder(self._log_eval) if log_eval else None
         self._memory = MemoryReadings() if log_memory else None
 
@@ -259,7 +261,9 @@ class TensorBoardMonitor(MonitorCallback):
         if self._eval_recorder is not None:
             self._eval_recorder.attach(start.eval_callbacks)
         if self._writer is not None:
-            self._guard("run_info", run_info.write_run_start, self._writer, start, self.experiment, self._run_info)
+            self._guard(
+                "run_info", run_description.write_run_start, self._writer, start, self.experiment, self._run_info
+            )
         logger.info("TensorBoardMonitor: %s", topology.describe())
         if self._writer is not None:
             logger.info(
@@ -403,7 +407,7 @@ class TensorBoardMonitor(MonitorCallback):
         if self._eval_recorder is not None:
             self._eval_recorder.detach()
         if self._writer is not None and self._run_info.hparams:
-            run_info.write_run_end(self._writer, self._step, clean)
+            run_description.write_run_end(self._writer, self._step, clean)
         router, self._router = self._router, None
         if router is not None:
             self._guard("end", router.finish, clean)

@@ -86,7 +86,7 @@ def detach(monitor: RunningMonitor) -> None:
 def active_run_dir() -> Path | None:
     """Main run folder of the TensorBoardMonitor running in this process, looked up at call time
     (None outside a monitored training). Only the writing rank (``Topology.is_writer``) may write
-    there; it gets the monitor's own writer with ``writer.get_writer(active_run_dir())``."""
+    there; it gets the monitor's own writer with ``registry.get_writer(active_run_dir())``."""
     for monitor in _running_monitors:
         run_dir = getattr(monitor, "run_dir", None)
         if run_dir is not None:

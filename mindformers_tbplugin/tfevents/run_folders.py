@@ -1,4 +1,5 @@
-"""Where runs live: absolute log roots, run folder names, resume lookup, retention, disk checks."""
+"""Where runs live: finding run folders, absolute log roots, run folder names, resume lookup,
+retention, disk checks."""
 
 from __future__ import annotations
 
@@ -8,12 +9,42 @@ import re
 import shutil
 import string
 import tempfile
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
 RUN_NAME_FIELDS = ("experiment", "timestamp", "rank")
 TIMESTAMP_FORMAT = "%Y%m%d-%H%M%S"
 LOG_DIR_ENV = "MFTB_LOG_DIR"
+EVENT_FILE_MARKER = "tfevents"  # TensorBoard opens only files whose name contains it
+_NOT_RUNS = {".git", ".venv", "venv", "node_modules", "__pycache__", "site-packages", ".cache"}
+
+
+def event_files(run_dir: Path) -> list[Path]:
+    """The run's event files in the order TensorBoard reads them (by name: the name starts with the time)."""
+    return sorted(p for p in run_dir.iterdir() if EVENT_FILE_MARKER in p.name and p.is_file())
+
+
+def walk_runs(
+    root: Path, prune: bool = True, max_depth: int | None = None, max_dirs: int | None = None
+) -> Iterator[tuple[Path, list[Path]]]:
+    """TensorBoard's runs under ``root`` (itself included), in path order: each folder holding event
+    files, with its :func:`event_files`.
+
+    ``prune`` skips hidden folders, virtualenvs and caches, which hold no runs but can be huge (for
+    searching unknown trees such as the home folder); without it every folder is visited, as
+    TensorBoard does.
+    """
+    for visited, (folder, subdirs, files) in enumerate(os.walk(root), start=1):
+        if prune:
+            subdirs[:] = [d for d in subdirs if d not in _NOT_RUNS and not d.startswith(".")]
+        subdirs.sort()
+        if max_depth is not None and len(Path(folder).relative_to(root).parts) >= max_depth:
+            subdirs.clear()
+        if any(EVENT_FILE_MARKER in name for name in files):
+            yield Path(folder), event_files(Path(folder))
+        if max_dirs is not None and visited >= max_dirs:
+            return
 
 
 def absolute_path(path: str) -> Path:
@@ -102,8 +133,7 @@ def run_name_regex(pattern: str, experiment: str) -> re.Pattern[str]:
 
 def _last_activity(run_dir: Path) -> float:
     """When the run was last written: the newest event file's mtime (the folder's if none)."""
-    times = [entry.stat().st_mtime for entry in run_dir.iterdir() if "tfevents" in entry.name and entry.is_file()]
-    return max(times, default=run_dir.stat().st_mtime)
+    return max((path.stat().st_mtime for path in event_files(run_dir)), default=run_dir.stat().st_mtime)
 
 
 def experiment_runs(root: Path, pattern: str, experiment: str) -> list[Path]:

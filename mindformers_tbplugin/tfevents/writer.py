@@ -1,27 +1,14 @@
-"""TensorBoard event files: the only module that knows the file format.
+"""The writer of one run folder: what the training thread talks to.
 
-Two layers, as in tensorboardX:
-
-* :class:`EventFile` writes framed, checksummed ``Event`` records to one ``*tfevents*`` file. It is
-  used by one thread only (the writer thread).
-* :class:`RunWriter` is what the training thread talks to. ``add_scalars`` appends plain floats to a
-  bounded deque and returns; a daemon thread encodes them into protobufs, writes and flushes. The
-  training thread never waits on disk and never builds a protobuf.
-
-Writers are kept in a per-process registry keyed by run folder, so every producer in a process
-shares one writer per folder (two writers in one folder make TensorBoard mix their points). All open
-writers are closed at interpreter exit and on SIGTERM.
+``add_scalars`` appends plain floats to a bounded deque and returns; a daemon thread encodes them,
+writes and flushes, so the training thread never waits on disk and never builds a protobuf (as in
+tensorboardX, whose writer thread also owns the file).
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import itertools
 import os
-import signal
-import socket
-import struct
 import threading
 import time
 from collections import deque
@@ -29,113 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
+from tensorboard.compat.proto import event_pb2
 
-from mindformers_tbplugin.log import WarnOnce, logger
-from mindformers_tbplugin.tfevents.scalar_encoding import encode_scalars_event
-
-try:  # C implementation; the pure-Python fallback holds the GIL ~100x longer per record.
-    import google_crc32c as _crc
-
-    def _crc32c(data: bytes) -> int:
-        return _crc.value(data)
-except ImportError:  # pragma: no cover - exercised only without the optional wheel
-    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import crc32c as _crc32c_py
-
-    def _crc32c(data: bytes) -> int:
-        return _crc32c_py(data)
-
-
-_MASK_DELTA = 0xA282EAD8
-_FILE_VERSION = "brain.Event:2"
-_file_counter = itertools.count()
-
-
-def _masked_crc(data: bytes) -> bytes:
-    crc = _crc32c(data)
-    masked = (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
-    return struct.pack("<I", masked)
-
-
-def frame_record(payload: bytes) -> bytes:
-    """TFRecord framing: length, its masked CRC32C, payload, the payload's masked CRC32C."""
-    header = struct.pack("<Q", len(payload))
-    return header + _masked_crc(header) + payload + _masked_crc(payload)
-
-
-# ---------------------------------------------------------------------------------------------
-# Event construction (called on the writer thread only)
-# ---------------------------------------------------------------------------------------------
-
-
-def scalars_event(step: int, wall_time: float, values: dict[str, float]) -> event_pb2.Event:
-    summary = summary_pb2.Summary(
-        value=[summary_pb2.Summary.Value(tag=tag, simple_value=value) for tag, value in values.items()]
-    )
-    return event_pb2.Event(wall_time=wall_time, step=step, summary=summary)
-
-
-def text_event(step: int, wall_time: float, tag: str, text: str) -> event_pb2.Event:
-    tensor = tensor_pb2.TensorProto(
-        dtype=types_pb2.DT_STRING,
-        string_val=[text.encode("utf-8")],
-        tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=1)]),
-    )
-    metadata = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="text"))
-    value = summary_pb2.Summary.Value(tag=tag, metadata=metadata, tensor=tensor)
-    return event_pb2.Event(wall_time=wall_time, step=step, summary=summary_pb2.Summary(value=[value]))
-
-
-def session_start_event(step: int, wall_time: float) -> event_pb2.Event:
-    """``SessionLog.START``: TensorBoard drops points at or after ``step`` written before it."""
-    return event_pb2.Event(
-        wall_time=wall_time, step=step, session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START)
-    )
-
-
-def histogram_event(
-    step: int, wall_time: float, tag: str, stats: Mapping[str, float], limits: Sequence[float], counts: Sequence[float]
-) -> event_pb2.Event:
-    """A ``HistogramProto`` value: TensorBoard's histograms and distributions dashboards read it."""
-    histo = summary_pb2.HistogramProto(
-        min=stats["min"],
-        max=stats["max"],
-        num=stats["num"],
-        sum=stats["sum"],
-        sum_squares=stats["sum_squares"],
-        bucket_limit=limits,
-        bucket=counts,
-    )
-    value = summary_pb2.Summary.Value(tag=tag, histo=histo)
-    return event_pb2.Event(wall_time=wall_time, step=step, summary=summary_pb2.Summary(value=[value]))
-
-
-class EventFile:
-    """One append-only ``events.out.tfevents.*`` file. Not thread-safe: the writer thread owns it."""
-
-    def __init__(self, run_dir: Path, filename_suffix: str = "") -> None:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        stamp, host, pid, serial = int(time.time()), socket.gethostname(), os.getpid(), next(_file_counter)
-        name = f"events.out.tfevents.{stamp:010d}.{host}.{pid}.{serial}{filename_suffix}"
-        self.path = run_dir / name
-        self._file = open(self.path, "ab")  # noqa: SIM115 - lives as long as the writer
-        self.write(event_pb2.Event(wall_time=time.time(), file_version=_FILE_VERSION))
-
-    def write(self, event: event_pb2.Event | bytes) -> None:
-        """Append one record: an ``Event`` or its serialised bytes."""
-        payload = event if isinstance(event, bytes) else event.SerializeToString()
-        self._file.write(frame_record(payload))
-
-    def flush(self) -> None:
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
-
-
-# ---------------------------------------------------------------------------------------------
-# Asynchronous run writer
-# ---------------------------------------------------------------------------------------------
+from mindformers_tbplugin.log import WarnOnce
+from mindformers_tbplugin.tfevents.event_file import EventFile
+from mindformers_tbplugin.tfevents.events import encode_scalars_event, histogram_event, session_start_event, text_event
 
 _SCALARS, _TEXT, _START, _FLUSH, _CLOSE, _HISTOGRAM, _BUILT = range(7)
 
@@ -146,7 +31,8 @@ class RunWriter:
     ``add_scalars``/``add_text`` are safe to call from any thread and return at once. When the queue
     holds ``max_queue`` items (a stalled disk), the oldest are dropped and a warning says so once.
     Disk errors never reach the caller: the writer warns once, drops that batch, and opens a fresh
-    event file when writing works again.
+    event file when writing works again. ``on_close(writer)`` runs once it is closed (the registry
+    forgets it then).
     """
 
     def __init__(
@@ -155,6 +41,7 @@ class RunWriter:
         flush_secs: float = 5.0,
         max_queue: int = 100_000,
         poll_secs: float = 1.0,
+        on_close: Callable[[RunWriter], None] | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.flush_secs = float(flush_secs)
@@ -167,6 +54,7 @@ class RunWriter:
         self._file: EventFile | None = None
         self._failing_since: str | None = None
         self._warn_once = WarnOnce()
+        self._on_close = on_close
         self.files: list[Path] = []
         self._thread = threading.Thread(target=self._run, name=f"mftb-writer:{self.run_dir.name}", daemon=True)
         self._thread.start()
@@ -216,7 +104,8 @@ class RunWriter:
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             done.wait(timeout)
             self._thread.join(timeout=1.0)
-        _forget(self)
+        if self._on_close is not None:
+            self._on_close(self)
 
     @property
     def closed(self) -> bool:
@@ -288,7 +177,9 @@ class RunWriter:
         if self._failing_since is not None:
             self._failing_since = None
             # said once: a disk that fills again must not flood the log
-            self._warn_once("recovered", f"TensorBoard writer for {self.run_dir}: writing works again, monitoring resumed.")
+            self._warn_once(
+                "recovered", f"TensorBoard writer for {self.run_dir}: writing works again, monitoring resumed."
+            )
 
     def _build_guarded(
         self, build: Callable[[int, float], event_pb2.Event], step: int, wall_time: float
@@ -339,82 +230,3 @@ class RunWriter:
                 f"TensorBoard writer for {self.run_dir} cannot write ({exc}); training goes on, "
                 "points are dropped until writing works again.",
             )
-
-
-# ---------------------------------------------------------------------------------------------
-# Per-process registry, exit and SIGTERM handling
-# ---------------------------------------------------------------------------------------------
-
-_registry: dict[Path, RunWriter] = {}
-_registry_lock = threading.Lock()
-_exit_hooks_installed = False
-
-
-def get_writer(run_dir: str | os.PathLike, flush_secs: float = 5.0, max_queue: int = 100_000) -> RunWriter:
-    """The process's one open writer for ``run_dir``, created on first use."""
-    key = Path(run_dir).resolve()
-    with _registry_lock:
-        writer = _registry.get(key)
-        if writer is None or writer.closed:
-            writer = RunWriter(key, flush_secs=flush_secs, max_queue=max_queue)
-            _registry[key] = writer
-        _install_exit_hooks()
-        return writer
-
-
-def _forget(writer: RunWriter) -> None:
-    with _registry_lock:
-        if _registry.get(writer.run_dir) is writer:
-            del _registry[writer.run_dir]
-
-
-def close_all(timeout: float = 30.0) -> None:
-    """Close every open writer (all queued points reach the disk)."""
-    with _registry_lock:
-        writers = list(_registry.values())
-    for writer in writers:
-        writer.close(timeout=timeout)
-
-
-def _install_exit_hooks() -> None:
-    global _exit_hooks_installed
-    if _exit_hooks_installed:
-        return
-    _exit_hooks_installed = True
-    atexit.register(close_all)
-    if threading.current_thread() is threading.main_thread():
-        _chain_sigterm()
-
-
-_sigterm_listeners: list[Callable[[], None]] = []
-
-
-def on_sigterm(listener: Callable[[], None]) -> None:
-    """Run ``listener`` (before the writers close) when SIGTERM arrives."""
-    _sigterm_listeners.append(listener)
-
-
-def remove_sigterm_listener(listener: Callable[[], None]) -> None:
-    if listener in _sigterm_listeners:
-        _sigterm_listeners.remove(listener)
-
-
-def _chain_sigterm() -> None:
-    previous = signal.getsignal(signal.SIGTERM)
-
-    def handle_sigterm(signum: int, frame: Any) -> None:
-        for listener in list(_sigterm_listeners):
-            try:
-                listener()
-            except Exception:  # a listener must not prevent closing
-                logger.exception("mindformers_tbplugin SIGTERM listener failed")
-        close_all(timeout=10.0)
-        if callable(previous):
-            previous(signum, frame)
-        elif previous != signal.SIG_IGN:
-            # Die of SIGTERM as the process would have without us, so exit codes stay honest.
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    with contextlib.suppress(ValueError, OSError):  # not the main thread of the main interpreter
-        signal.signal(signal.SIGTERM, handle_sigterm)

@@ -1,7 +1,7 @@
 """The checks behind ``mftb doctor``: what users otherwise find out by hand when TensorBoard shows nothing or nonsense.
 
 Each check returns a :class:`Verdict` with what it found and how to fix it. Event files are read once,
-streaming (:mod:`mindformers_tbplugin.tfevents.eventscan`); the checks share that one pass.
+streaming (:func:`mindformers_tbplugin.tfevents.reader.scan_file`); the checks share that one pass.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mindformers_tbplugin.tfevents import eventscan
+from mindformers_tbplugin.tfevents import reader, run_folders
+from mindformers_tbplugin.tfevents.records import CORRUPT, TORN
 from mindformers_tbplugin.viewer import tensorboard_server
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -35,8 +36,8 @@ class Verdict:
 @dataclass
 class RunScan:
     path: Path
-    files: list[eventscan.FileScan]
-    steps: eventscan.StepTracker
+    files: list[reader.FileScan]
+    steps: reader.StepTracker
 
     @property
     def points(self) -> Counter[str]:
@@ -48,9 +49,9 @@ class RunScan:
 
 def scan_logdir(logdir: Path) -> list[RunScan]:
     runs = []
-    for run_dir in eventscan.walk_runs(logdir):
-        steps = eventscan.StepTracker()
-        files = [eventscan.scan_file(path, steps) for path in eventscan.event_files(run_dir)]
+    for run_dir, paths in run_folders.walk_runs(logdir):
+        steps = reader.StepTracker()
+        files = [reader.scan_file(path, steps) for path in paths]
         runs.append(RunScan(run_dir, files, steps))
     return runs
 
@@ -115,9 +116,9 @@ def search_roots(logdir: Path, given: str) -> list[Path]:
 def find_runs_elsewhere(logdir: Path, given: str) -> list[tuple[Path, float]]:
     runs: dict[Path, float] = {}
     for root in search_roots(logdir, given):
-        for run_dir in eventscan.walk_runs(root, max_depth=SEARCH_DEPTH, max_dirs=SEARCH_MAX_DIRS):
+        for run_dir, paths in run_folders.walk_runs(root, max_depth=SEARCH_DEPTH, max_dirs=SEARCH_MAX_DIRS):
             if run_dir not in runs:
-                runs[run_dir] = max(p.stat().st_mtime for p in eventscan.event_files(run_dir))
+                runs[run_dir] = max(p.stat().st_mtime for p in paths)
     return sorted(runs.items(), key=lambda item: -item[1])[:MAX_LISTED]
 
 
@@ -174,12 +175,12 @@ def check_complete_files(logdir: Path, runs: list[RunScan]) -> Verdict:
         if holder or recent:
             why = f"open by {holder}" if holder else f"modified {now - scan.mtime:.0f} s ago"
             open_now.append(f"{name}: {why}" + (" (its last record is still being written)" if scan.problem else ""))
-        elif scan.problem == "torn":
+        elif scan.problem == TORN:
             broken.append(
                 f"{name}: ends inside a record after {scan.records} complete records (byte {scan.valid_bytes}); "
                 f"the last {scan.size - scan.valid_bytes} bytes are a torn write (writer killed mid-write?)"
             )
-        elif scan.problem == "corrupt":
+        elif scan.problem == CORRUPT:
             broken.append(
                 f"{name}: checksum mismatch at byte {scan.valid_bytes} after {scan.records} records; "
                 f"TensorBoard stops reading this file there ({scan.size - scan.valid_bytes} bytes unread)"

@@ -8,7 +8,7 @@ Writes N scalar points with a one-hour flush interval (so only closing puts them
 import sys
 import time
 
-from mindformers_tbplugin.tfevents.writer import get_writer
+from mindformers_tbplugin.tfevents.registry import get_writer
 
 run_dir, mode, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
 writer = get_writer(run_dir, flush_secs=3600)

@@ -1,27 +1,27 @@
-"""What a run is, written once at train begin: HParams, the resolved config as text, the model graph
-and its parameter counts; and the HParams session status at the end.
+"""What describes a run, decided from MindFormers' config and the live model, written once at train
+begin: HParams, the resolved config as text, the model graph and its parameter counts; and the
+HParams session status at the end.
 
-The values are gathered on the training thread (they need the live config and cells); every
-protobuf is built on the writer thread through :meth:`RunWriter.add_built`.
+The values are gathered on the training thread (they need the live config and cells); the
+protobufs are built by :mod:`mindformers_tbplugin.tfevents.events` on the writer thread, through
+:meth:`RunWriter.add_built`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from tensorboard.compat.proto import event_pb2, summary_pb2
-from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
-from tensorboard.plugins.hparams import summary_v2 as hp
 
 from mindformers_tbplugin.framework import running_config
-from mindformers_tbplugin.tfevents import model_graph
-from mindformers_tbplugin.pipeline.metrics import EVAL_LOSS, TRAIN_LOSS, static_learning_rate
 from mindformers_tbplugin.framework.model_facts import ModelFacts
+from mindformers_tbplugin.pipeline.metrics import EVAL_LOSS, TRAIN_LOSS, static_learning_rate
 from mindformers_tbplugin.pipeline.topology import Topology
+from mindformers_tbplugin.tfevents import events
+from mindformers_tbplugin.tfevents.events import CellInfo, ParamInfo
 from mindformers_tbplugin.tfevents.writer import RunWriter
 
 if TYPE_CHECKING:
@@ -63,6 +63,13 @@ HPARAM_NAMES = tuple(sorted([name for name, _ in _FROM_YAML] + list(_FROM_RUN)))
 # Declared column types let the dashboard sort and filter; every other column is a number.
 _STRING_HPARAMS = {"experiment", "lr_schedule", "optimizer", "model_type", "compute_dtype"}
 _BOOL_HPARAMS = {"use_parallel"}
+
+
+def _column_type(name: str) -> type:
+    return str if name in _STRING_HPARAMS else bool if name in _BOOL_HPARAMS else float
+
+
+HPARAM_COLUMNS = {name: _column_type(name) for name in HPARAM_NAMES}
 
 
 @dataclass(frozen=True)
@@ -115,10 +122,10 @@ def hparam_values(
 
 def _typed(name: str, value: Any) -> bool | float | str | None:
     """``value`` as its column's declared type; None (left out) when it is not one."""
-    kind = _hparam_type(name)
-    if kind == api_pb2.DATA_TYPE_STRING:
+    kind = _column_type(name)
+    if kind is str:
         return str(value)
-    if kind == api_pb2.DATA_TYPE_BOOL:
+    if kind is bool:
         return value if isinstance(value, bool) else None
     try:
         number = float(value)  # also "3e-4", which YAML 1.1 reads as a string
@@ -133,63 +140,83 @@ def config_text(config: Mapping[str, Any]) -> str:
     return f"```yaml\n{body}```"
 
 
-# -- protobufs (writer thread) --------------------------------------------------------------------
-def _event(step: int, wall_time: float, summary: summary_pb2.Summary) -> event_pb2.Event:
-    return event_pb2.Event(wall_time=wall_time, step=step, summary=summary)
+# -- the model's cells ----------------------------------------------------------------------------
+_WRAPPER_ATTRS = ("network", "_network", "_backbone")
 
 
-def experiment_event(step: int, wall_time: float, start_time: float) -> event_pb2.Event:
-    """The experiment definition: the HParams table's columns and metrics."""
-    experiment = api_pb2.Experiment(
-        hparam_infos=[api_pb2.HParamInfo(name=name, type=_hparam_type(name)) for name in HPARAM_NAMES],
-        metric_infos=[hp.Metric(tag, display_name=tag).as_proto() for tag in HPARAM_METRICS],
-        time_created_secs=start_time,
-    )
-    return _plugin_event(
-        step, wall_time, metadata.EXPERIMENT_TAG, plugin_data_pb2.HParamsPluginData(experiment=experiment)
-    )
+def unwrap_model(network: Any) -> Any:
+    """The model inside MindSpore/MindFormers train and loss wrappers (``network``, ``_backbone``)."""
+    seen = set()
+    while network is not None and id(network) not in seen:
+        seen.add(id(network))
+        inner = next((getattr(network, a) for a in _WRAPPER_ATTRS if _is_cell(getattr(network, a, None))), None)
+        if inner is None:
+            return network
+        network = inner
+    return network
 
 
-def _hparam_type(name: str) -> int:
-    if name in _STRING_HPARAMS:
-        return api_pb2.DATA_TYPE_STRING
-    return api_pb2.DATA_TYPE_BOOL if name in _BOOL_HPARAMS else api_pb2.DATA_TYPE_FLOAT64
+def _is_cell(obj: Any) -> bool:
+    return hasattr(obj, "cells_and_names") and hasattr(obj, "parameters_and_names")
 
 
-def _plugin_event(step: int, wall_time: float, tag: str, data: plugin_data_pb2.HParamsPluginData) -> event_pb2.Event:
-    value = summary_pb2.Summary.Value(
-        tag=tag, metadata=metadata.create_summary_metadata(data), tensor=metadata.NULL_TENSOR
-    )
-    return _event(step, wall_time, summary_pb2.Summary(value=[value]))
+def describe_cells(model: Any) -> list[CellInfo]:
+    """Every cell of ``model`` with its own parameters; totals include the cells below (each
+    parameter counted once, even when shared)."""
+    cells: list[CellInfo] = []
+    owner_of: dict[int, str] = {}
+    for path, cell in model.cells_and_names():
+        info = CellInfo(path=path, type=type(cell).__name__)
+        for full_name, param in cell.parameters_and_names(expand=False):
+            if id(param) in owner_of:
+                continue
+            owner_of[id(param)] = path
+            info.params.append(
+                ParamInfo(
+                    name=full_name.rsplit(".", 1)[-1],
+                    shape=tuple(int(d) for d in param.shape),
+                    dtype=str(param.dtype),
+                    trainable=bool(param.requires_grad),
+                )
+            )
+        cells.append(info)
+    by_path = {info.path: info for info in cells}
+    for info in cells:
+        own = sum(p.count for p in info.params)
+        own_trainable = sum(p.count for p in info.params if p.trainable)
+        for ancestor in _ancestors(info.path):
+            if ancestor in by_path:
+                by_path[ancestor].total += own
+                by_path[ancestor].trainable += own_trainable
+    return cells
 
 
-def session_start_event(
-    step: int, wall_time: float, values: dict[str, bool | int | float | str], start_time: float
-) -> event_pb2.Event:
-    """This run's session: its hyperparameter values (runs with equal values form one group)."""
-    return _event(step, wall_time, hp.hparams_pb(values, start_time_secs=start_time))
+def _ancestors(path: str) -> Iterable[str]:
+    """``"a.b.c"`` -> ``"a.b.c", "a.b", "a", ""``."""
+    parts = path.split(".") if path else []
+    for end in range(len(parts), -1, -1):
+        yield ".".join(parts[:end])
 
 
-def session_end_event(step: int, wall_time: float, succeeded: bool) -> event_pb2.Event:
-    status = api_pb2.STATUS_SUCCESS if succeeded else api_pb2.STATUS_FAILURE
-    end = plugin_data_pb2.SessionEndInfo(status=status, end_time_secs=wall_time)
-    return _plugin_event(
-        step, wall_time, metadata.SESSION_END_INFO_TAG, plugin_data_pb2.HParamsPluginData(session_end_info=end)
-    )
-
-
-def graph_event(step: int, wall_time: float, cells: list[model_graph.CellInfo]) -> event_pb2.Event:
-    return event_pb2.Event(wall_time=wall_time, step=step, graph_def=model_graph.graph_def(cells).SerializeToString())
+def parameter_table(cells: list[CellInfo], depth: int = 2) -> str:
+    """Markdown: total and trainable parameters of the model and of its blocks down to ``depth``."""
+    rows = ["| block | type | parameters | trainable |", "|---|---|---:|---:|"]
+    for info in cells:
+        level = len(info.path.split(".")) if info.path else 0
+        if level <= depth and (info.total or not info.path):
+            name = info.path or "(model)"
+            rows.append(f"| `{name}` | {info.type} | {info.total:,} | {info.trainable:,} |")
+    return "\n".join(rows)
 
 
 # -- entry points for TensorBoardMonitor ----------------------------------------------------------
 def write_run_start(writer: RunWriter, start: TrainStart, experiment: str, options: RunInfoOptions) -> None:
     """Queue what describes the run. Call on the writing rank, at train begin."""
     step = start.facts.initial_global_step
-    cells = model_graph.describe_cells(model_graph.unwrap_model(start.network)) if start.network is not None else []
+    cells = describe_cells(unwrap_model(start.network)) if start.network is not None else []
     if options.graph and cells:
-        writer.add_built(step, lambda s, wall: graph_event(s, wall, cells))
-        writer.add_text(step, PARAMETERS_TAG, model_graph.parameter_table(cells))
+        writer.add_built(step, lambda s, wall: events.graph_event(s, wall, cells))
+        writer.add_text(step, PARAMETERS_TAG, parameter_table(cells))
     if options.config and start.config is not None:
         writer.add_text(step, CONFIG_TAG, config_text(start.config.config))
     if options.hparams:
@@ -197,10 +224,12 @@ def write_run_start(writer: RunWriter, start: TrainStart, experiment: str, optio
         parameters = cells[0].total if cells else sum(int(p.size) for p in facts.trainable_params) or None
         values = hparam_values(start.config, facts, start.topology, experiment, parameters, start.epochs)
         wall_start = time.time()
-        writer.add_built(step, lambda s, wall: experiment_event(s, wall, wall_start))
-        writer.add_built(step, lambda s, wall: session_start_event(s, wall, values, wall_start))
+        writer.add_built(
+            step, lambda s, wall: events.hparams_experiment_event(s, wall, HPARAM_COLUMNS, HPARAM_METRICS, wall_start)
+        )
+        writer.add_built(step, lambda s, wall: events.hparams_session_start_event(s, wall, values, wall_start))
 
 
 def write_run_end(writer: RunWriter, step: int, succeeded: bool) -> None:
     """Close the HParams session with its status (TensorBoard shows it in the session table)."""
-    writer.add_built(step, lambda s, wall: session_end_event(s, wall, succeeded))
+    writer.add_built(step, lambda s, wall: events.hparams_session_end_event(s, wall, succeeded))

@@ -1,8 +1,10 @@
-"""The fast event reader returns what TensorBoard's own reader returns, incrementally."""
+"""tfevents/reader.py: the watch reader returns what TensorBoard's own reader returns, incrementally;
+the doctor's scan tells a clean file, a torn tail, a checksum error and a restart apart."""
 
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -11,8 +13,11 @@ import tensorboardX
 from conftest import TrainingRun, read_scalars
 from tensorboardX.proto import summary_pb2, tensor_pb2, tensor_shape_pb2
 
-from mindformers_tbplugin.tfevents.event_reader import CHUNK_BYTES, EventFileReader
-from mindformers_tbplugin.tfevents.writer import EventFile, frame_record, scalars_event
+from mindformers_tbplugin.tfevents.event_file import EventFile
+from mindformers_tbplugin.tfevents.events import scalars_event
+from mindformers_tbplugin.tfevents.reader import EventFileReader, StepTracker, scan_file
+from mindformers_tbplugin.tfevents.records import CHUNK_BYTES, CORRUPT, TORN, frame_record
+from mindformers_tbplugin.tfevents.writer import RunWriter
 
 
 def read_all(run_dir: Path, tags: set[str] | None = None) -> dict[str, list[tuple[int, float]]]:
@@ -123,3 +128,88 @@ def test_records_of_equal_length_but_other_tags_or_steps_are_not_confused(tmp_pa
         ("a/x", 200, 4.0),
         ("a/x", -5, 5.0),
     ]
+
+
+# -- the doctor's scan ----------------------------------------------------------------------------
+
+
+def mftb_file(folder: Path, steps: range, start: int | None = None) -> Path:
+    """One event file written by RunWriter: train/loss and a text per step, a restart marker first."""
+    writer = RunWriter(folder)
+    if start is not None:
+        writer.add_session_start(start)
+    for step in steps:
+        writer.add_scalars(step, {"train/loss": 1.0 / step})
+        writer.add_text(step, "meta/note", f"step {step}")
+    writer.close()
+    (path,) = writer.files
+    return path
+
+
+def record_ends(data: bytes) -> list[int]:
+    ends, pos = [], 0
+    while pos < len(data):
+        pos += 12 + int.from_bytes(data[pos : pos + 8], "little") + 4
+        ends.append(pos)
+    return ends
+
+
+def test_scan_of_a_clean_file(tmp_path: Path) -> None:
+    path = mftb_file(tmp_path, range(1, 11))
+    scan = scan_file(path)
+    assert (scan.problem, scan.valid_bytes, scan.size) == (None, path.stat().st_size, path.stat().st_size)
+    assert scan.records == 1 + 2 * 10  # file_version, then a scalars and a text record per step
+    assert (scan.min_step, scan.max_step, scan.starts) == (1, 10, [])
+    assert scan.points == {"train/loss": 10}  # text is no scalar point
+    assert scan.writer.endswith(f"pid {os.getpid()}")
+
+
+def test_scan_of_a_torn_tail(tmp_path: Path) -> None:
+    path = mftb_file(tmp_path, range(1, 11))
+    data = path.read_bytes()
+    ends = record_ends(data)
+    path.write_bytes(data[: ends[-1] - 3])  # the writer killed mid-write
+    scan = scan_file(path)
+    assert (scan.problem, scan.records, scan.valid_bytes) == (TORN, len(ends) - 1, ends[-2])
+    assert [p[1] for p in EventFileReader(path).read()] == list(range(1, 11))  # the last record is text
+
+
+@pytest.mark.parametrize("byte", [9, 12], ids=["header", "payload"])
+def test_checksum_error_in_the_middle(tmp_path: Path, byte: int, caplog: pytest.LogCaptureFixture) -> None:
+    """The scan stops there, as TensorBoard does; the watch reader skips a bad payload (its header
+    still frames the next record) but cannot go past a bad header."""
+    path = mftb_file(tmp_path, range(1, 11))
+    data = bytearray(path.read_bytes())
+    ends = record_ends(bytes(data))
+    data[ends[4] + byte] ^= 0xFF  # the sixth record: step 3's scalars
+    path.write_bytes(bytes(data))
+    scan = scan_file(path)
+    assert (scan.problem, scan.records, scan.valid_bytes, scan.max_step) == (CORRUPT, 5, ends[4], 2)
+    reader = EventFileReader(path)
+    steps = [p[1] for p in reader.read()]
+    if byte == 12:
+        assert steps == [1, 2, *range(4, 11)] and f"record at byte {ends[4]} fails its checksum" in caplog.text
+    else:
+        assert steps == [1, 2] and f"corrupt record header at byte {ends[4]}" in caplog.text
+        assert list(reader.read()) == []
+
+
+def test_scan_of_a_restart_marker(tmp_path: Path) -> None:
+    first = mftb_file(tmp_path / "run", range(1, 11))
+    resumed = mftb_file(tmp_path / "run", range(6, 11), start=6)
+    steps = StepTracker()
+    scans = [scan_file(path, steps) for path in (first, resumed)]
+    assert [scan.starts for scan in scans] == [[], [6]]
+    assert (steps.jump_count, steps.jumps) == (0, [])  # SessionLog.START purges the steps written before
+
+    tbx = tensorboardX.SummaryWriter(str(tmp_path / "tbx"), purge_step=6)  # the same marker, from tensorboardX
+    tbx.add_scalar("train/loss", 1.0, 6)
+    tbx.close()
+    (path,) = (tmp_path / "tbx").iterdir()
+    assert scan_file(path).starts == [6]
+
+    without_marker = StepTracker()
+    for path in (first, mftb_file(tmp_path / "again", range(6, 11))):
+        scan_file(path, without_marker)
+    assert without_marker.jump_count == 2  # train/loss and meta/note both go from 10 back to 6
+    assert (without_marker.jumps[0].from_step, without_marker.jumps[0].to_step) == (10, 6)
