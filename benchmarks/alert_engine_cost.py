@@ -13,7 +13,7 @@ import random
 import statistics
 import time
 
-from mindformers_tbplugin.alerts import DEFAULT_RULES, AlertEngine, parse_rules
+from mindformers_tbplugin.alerts.engine import DEFAULT_RULES, AlertEngine, parse_rules
 from mindformers_tbplugin.pipeline import metrics
 
 TAGS = (

@@ -12,7 +12,7 @@ from conftest import MFTB, REPO, TrainingRun, read_scalars, subprocess_env, trai
 
 # MindSpore must be imported before any protobuf user (tensorboard, tensorboardX protos): its import
 # switches protobuf to the pure-Python implementation, which fails once protobuf is loaded.
-from mindformers_tbplugin.alerts import RULES
+from mindformers_tbplugin.alerts.rules import RULES, Rule
 from mindformers_tbplugin.callbacks import AlertMonitor
 from mindformers_tbplugin.config.schema import params_of
 
@@ -132,8 +132,13 @@ def test_readme_documents_alert_monitor_and_every_rule_parameter() -> None:
     rows = dict(re.findall(r"^\| `(\w+)` \| `([^`]*)` \|", table, flags=re.M))
     assert rows == {param.name: "null" for param in params_of(AlertMonitor)}
     assert all(param.doc for param in params_of(AlertMonitor))
+    common = {param.name for param in params_of(Rule)}  # action, severity, cooldown: documented once
     for name, rule in RULES.items():
         (row,) = re.findall(rf"^\| `{name}` \|.*$", readme, flags=re.M)
-        for option, spec in rule.options.items():
-            expected = f"{option} (required)" if spec.default is None else f"{option} ({_readme_default(spec.default)}"
-            assert expected in row or spec.optional, (name, expected)
+        for param in params_of(rule):
+            if param.name in common:
+                continue
+            expected = (
+                f"{param.name} (required)" if param.required else f"{param.name} ({_readme_default(param.default)}"
+            )
+            assert expected in row or param.optional, (name, expected)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mindformers_tbplugin.alerts import Alert
+from mindformers_tbplugin.alerts.record import Alert
 from mindformers_tbplugin.alerts.sinks import (
     CommandSink,
     Dispatcher,

@@ -17,7 +17,7 @@ from mindformers_tbplugin.callbacks import TensorBoardMonitor
 from mindformers_tbplugin.callbacks.catalog import our_callbacks
 from mindformers_tbplugin.config.checker import check_file
 from mindformers_tbplugin.config.json_schema import config_schema, entry_schema
-from mindformers_tbplugin.config.schema import Range, params_of
+from mindformers_tbplugin.config.schema import Range, did_you_mean, params_of
 
 BUNDLED = sorted((REPO / "configs").rglob("*.yaml"))
 
@@ -61,6 +61,22 @@ def test_a_new_parameter_shows_up_in_the_derived_schema(tmp_path: Path) -> None:
     )
 
 
+def test_a_subclass_passing_kwargs_on_has_its_base_parameters_too(tmp_path: Path) -> None:
+    names = [p.name for p in params_of(SmoothedMonitor)]
+    assert names == ["smoothing_window", *(p.name for p in params_of(TensorBoardMonitor))]
+    config = tmp_path / "smoothed.yaml"
+    config.write_text("callbacks:\n  - type: SmoothedMonitor\n    log_dir: /tmp/tb\n    log_every: 0\n")
+    report = check_file(config, {"SmoothedMonitor": SmoothedMonitor})
+    assert [f.render() for f in report.errors] == ["callbacks[0].log_every (line 4): expected integer >= 1, got 0"]
+
+
+def test_did_you_mean_ignores_case_and_stays_quiet_when_nothing_is_close() -> None:
+    assert did_you_mean("Log_Evry", ["log_every", "log_dir"]) == "did you mean 'log_every'?"
+    assert did_you_mean("zzz", ["log_every", "log_dir"]) is None
+    assert did_you_mean(5, ["spike"]) is None
+
+
+@pytest.mark.slow
 def test_every_exported_callback_has_an_entry_in_the_printed_schema(printed_schema: dict) -> None:
     ours = our_callbacks()
     assert {"TensorBoardMonitor", "HistogramMonitor", "AlertMonitor"} <= set(ours)
@@ -75,6 +91,7 @@ def test_every_exported_callback_has_an_entry_in_the_printed_schema(printed_sche
 
 
 @pytest.mark.parametrize("config", BUNDLED, ids=lambda p: p.name)
+@pytest.mark.slow
 def test_json_schema_accepts_the_bundled_configs(printed_schema: dict, config: Path) -> None:
     document = yaml.safe_load(config.read_text())
     jsonschema.Draft7Validator.check_schema(printed_schema)
@@ -102,11 +119,13 @@ def test_npu_configs_carry_every_callback_type_we_offer() -> None:
         {"log_dir": "/tmp/tb"},
     ],
 )
+@pytest.mark.slow
 def test_json_schema_rejects_what_validate_rejects(printed_schema: dict, entry: dict) -> None:
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.Draft7Validator(printed_schema).validate({"callbacks": [entry]})
 
 
+@pytest.mark.slow
 def test_markdown_format_prints_one_table_per_callback() -> None:
     result = subprocess.run(
         [MFTB, "schema", "--format", "markdown"], env=subprocess_env(), capture_output=True, text=True, check=True

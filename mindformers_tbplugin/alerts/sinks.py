@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mindformers_tbplugin.alerts import Alert
+from mindformers_tbplugin.alerts.record import Alert
 from mindformers_tbplugin.config.schema import ConfigError, Problem
 from mindformers_tbplugin.log import WarnOnce, logger
 

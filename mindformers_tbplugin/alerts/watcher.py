@@ -14,15 +14,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mindformers_tbplugin.alerts import Alert, AlertEngine, StallRule, parse_rules
-from mindformers_tbplugin.tfevents.event_reader import EventFileReader
+from mindformers_tbplugin.alerts.engine import AlertEngine, parse_rules
+from mindformers_tbplugin.alerts.record import Alert
+from mindformers_tbplugin.alerts.rules import StallRule
+from mindformers_tbplugin.tfevents.reader import EventFileReader
+from mindformers_tbplugin.tfevents.run_folders import walk_runs
 
 
 @dataclass
 class _Run:
     engine: AlertEngine
     read_tags: frozenset[str] | None
-    readers: dict[str, EventFileReader] = field(default_factory=dict)
+    readers: dict[Path, EventFileReader] = field(default_factory=dict)
 
 
 class Watcher:
@@ -46,14 +49,14 @@ class Watcher:
     def poll(self) -> int:
         """Read what was appended since the last poll (new files and runs included). Returns alerts fired."""
         before = self.alerts_fired
-        for folder, files in self._discover():
+        for folder, files in walk_runs(self.logdir, prune=False):  # every run TensorBoard shows
             run = self._runs.get(folder)
             if run is None:
                 run = self._runs[folder] = self._new_run(folder)
-            for name in files:
-                reader = run.readers.get(name)
+            for path in files:
+                reader = run.readers.get(path)
                 if reader is None:
-                    reader = run.readers[name] = EventFileReader(folder / name, run.read_tags)
+                    reader = run.readers[path] = EventFileReader(path, run.read_tags)
                 self._feed(run, reader)
         return self.alerts_fired - before
 
@@ -92,12 +95,3 @@ class Watcher:
     def _run_name(self, folder: Path) -> str:
         relative = folder.relative_to(self.logdir)
         return "." if relative == Path(".") else relative.as_posix()
-
-    def _discover(self) -> list[tuple[Path, list[str]]]:
-        found = []
-        for root, dirs, files in os.walk(self.logdir):
-            dirs.sort()
-            events = sorted(name for name in files if "tfevents" in name)
-            if events:
-                found.append((Path(root), events))
-        return found

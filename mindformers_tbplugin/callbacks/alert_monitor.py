@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mindformers_tbplugin import alerts
-from mindformers_tbplugin.alerts import sinks
+from mindformers_tbplugin.alerts.engine import DEFAULT_RULES, AlertEngine, build_rules, parse_rules
+from mindformers_tbplugin.alerts.record import Alert
+from mindformers_tbplugin.alerts.sinks import Dispatcher, build_sinks, parse_sinks
 from mindformers_tbplugin.config.schema import ConfigError, Problem, check_entry
 from mindformers_tbplugin.framework.trainers import MonitorCallback, TrainStart
 from mindformers_tbplugin.log import logger
@@ -39,23 +40,23 @@ class AlertMonitor(MonitorCallback):
         problems = check_entry(type(self), arguments)  # the same checks as `mftb validate`
         if problems:
             raise ConfigError.for_owner(type(self).__name__, problems)
-        self.rule_specs = list(alerts.DEFAULT_RULES if rules is None else rules)
+        self.rule_specs = list(DEFAULT_RULES if rules is None else rules)
         self.sink_specs = list(DEFAULT_SINKS if sinks is None else sinks)
-        self._engine: alerts.AlertEngine | None = None
-        self._dispatcher: sinks.Dispatcher | None = None
+        self._engine: AlertEngine | None = None
+        self._dispatcher: Dispatcher | None = None
         self._request_stop: Any = None
         self._several_ranks = False
         self._stop_refused = False
         self._steps_seen = 0
-        self.fired: list[alerts.Alert] = []
+        self.fired: list[Alert] = []
 
     @classmethod
     def check_cross_fields(cls, arguments: Mapping[str, Any]) -> list[Problem]:
         """Each rule and sink entry: names, parameters and their types (top-level types are already right)."""
         rules = arguments.get("rules")
         sinks = arguments.get("sinks")
-        _, problems = alerts.build_rules(alerts.DEFAULT_RULES if rules is None else rules, "rules")
-        _, sink_problems = sinks.build_sinks(DEFAULT_SINKS if sinks is None else sinks, "sinks")
+        _, problems = build_rules(DEFAULT_RULES if rules is None else rules, "rules")
+        _, sink_problems = build_sinks(DEFAULT_SINKS if sinks is None else sinks, "sinks")
         return problems + sink_problems
 
     # -- training events (either trainer) ---------------------------------------------------------
@@ -64,8 +65,8 @@ class AlertMonitor(MonitorCallback):
         if not topology.is_writer:
             return  # the values are published where the main run is written
         self._several_ranks = topology.communicating
-        self._engine = alerts.AlertEngine(alerts.parse_rules(self.rule_specs, owner=type(self).__name__))
-        self._dispatcher = sinks.Dispatcher(sinks.parse_sinks(self.sink_specs, owner=type(self).__name__))
+        self._engine = AlertEngine(parse_rules(self.rule_specs, owner=type(self).__name__))
+        self._dispatcher = Dispatcher(parse_sinks(self.sink_specs, owner=type(self).__name__))
         self._request_stop = start.request_stop
         self._steps_seen = 0
         listeners.subscribe(self._on_values)
@@ -86,7 +87,7 @@ class AlertMonitor(MonitorCallback):
             if alert.action == "stop" and self._request_stop is not None:
                 self._stop(step, alert)
 
-    def _stop(self, step: int, alert: alerts.Alert) -> None:
+    def _stop(self, step: int, alert: Alert) -> None:
         if not self._several_ranks:
             logger.warning("AlertMonitor: stopping training after step %d (%s: %s)", step, alert.rule, alert.tag)
             self._request_stop()

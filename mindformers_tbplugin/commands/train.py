@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 NAME = "train"
 HELP = "train with a MindFormers YAML config (run_mindformer.py's training entry)"
@@ -23,9 +25,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
-    from mindformers_tbplugin.config.checker import check_before_training
     from mindformers_tbplugin.framework import training_entry
 
     check_before_training(args.config)  # every callback problem at once, before MindFormers builds anything
     training_entry.run(args, extra)
     return 0
+
+
+def check_before_training(path: str | Path) -> None:
+    """The ``mftb validate`` check, before anything is built.
+
+    Prints warnings to stderr; raises UsageError for an unusable file and ConfigError listing every
+    problem, both reported by ``mftb`` without a traceback (exit status 2). A missing file is left to
+    the training entry's own message.
+    """
+    from mindformers_tbplugin.config.checker import check_file
+    from mindformers_tbplugin.config.report import count
+    from mindformers_tbplugin.config.schema import ConfigError
+    from mindformers_tbplugin.errors import UsageError
+
+    path = Path(path).expanduser().resolve()
+    if not path.is_file():
+        return
+    report = check_file(path)
+    for finding in report.warnings:
+        print(f"mftb: warning: {path}: {finding.render()}", file=sys.stderr)
+    lines = "\n".join(f"  - {finding.render()}" for finding in report.errors)
+    if report.unusable:
+        raise UsageError(f"{path} cannot be used:\n{lines}")
+    if report.errors:
+        raise ConfigError(f"{path}: {count(len(report.errors), 'problem')} in the callbacks, nothing built:\n{lines}")

@@ -26,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     from mindformers_tbplugin.callbacks.catalog import our_callbacks
-    from mindformers_tbplugin.config.checker import check_file, quiet_output
+    from mindformers_tbplugin.config.checker import check_file
+    from mindformers_tbplugin.config.report import quiet_output
 
     worst = 0
     # Importing mindformers (if anything needs it) writes a log folder: keep it out of the working directory.

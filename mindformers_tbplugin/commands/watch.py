@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from pathlib import Path
@@ -42,14 +41,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
-    from mindformers_tbplugin import alerts
-    from mindformers_tbplugin.alerts import sinks
+    from mindformers_tbplugin.alerts.engine import DEFAULT_RULES, build_rules, describe_rules
+    from mindformers_tbplugin.alerts.record import Alert
+    from mindformers_tbplugin.alerts.sinks import Dispatcher, build_sinks, format_alert
     from mindformers_tbplugin.alerts.watcher import Watcher
     from mindformers_tbplugin.config.schema import ConfigError
     from mindformers_tbplugin.errors import UsageError
 
     if args.list_rules:
-        print(alerts.describe_rules())
+        print(describe_rules())
         return 0
     if not args.logdir:
         raise UsageError("give the folder to watch: mftb watch LOGDIR")
@@ -61,24 +61,24 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
 
     rule_specs, sink_specs = _load_config(Path(args.config)) if args.config else ([], [])
     flag_rules = _rules_from_flags(args.rule)
-    _, problems = alerts.build_rules(flag_rules, "--rule", watcher=True)
+    _, problems = build_rules(flag_rules, "--rule", watcher=True)
     if problems:
         raise ConfigError("invalid --rule:\n" + "\n".join(f"  - {p.render()}" for p in problems), problems)
     rule_specs += flag_rules
     if not rule_specs:  # stall is opt-in: a run that ended normally looks just like a stalled one
-        rule_specs = list(alerts.DEFAULT_RULES)
+        rule_specs = list(DEFAULT_RULES)
     sink_specs += [{"jsonl": path} for path in args.jsonl] + [{"webhook": url} for url in args.webhook]
     if "tensorboard" in sink_specs:
         print(
             "mftb watch: the tensorboard sink works only inside training; alerts are printed instead", file=sys.stderr
         )
-    sinks, problems = sinks.build_sinks([s for s in sink_specs if s not in WATCH_ONLY_SINKS], "--webhook/--jsonl")
+    built, problems = build_sinks([s for s in sink_specs if s not in WATCH_ONLY_SINKS], "--webhook/--jsonl")
     if problems:
         raise ConfigError("invalid sink:\n" + "\n".join(f"  - {p.message}" for p in problems), problems)
-    dispatcher = sinks.Dispatcher(sinks)
+    dispatcher = Dispatcher(built)
 
-    def report(alert: alerts.Alert) -> None:
-        print(sinks.format_alert(alert), flush=True)
+    def report(alert: Alert) -> None:
+        print(format_alert(alert), flush=True)
         dispatcher.dispatch(alert)
 
     watcher = Watcher(logdir, rule_specs, report)
@@ -127,15 +127,14 @@ def _load_config(path: Path) -> tuple[list[Any], list[Any]]:
     """The ``rules`` and ``sinks`` lists of ``path``, validated; problems name the file, line and YAML path."""
     import yaml
 
-    from mindformers_tbplugin import alerts
-    from mindformers_tbplugin.alerts import sinks
+    from mindformers_tbplugin.alerts.engine import build_rules
+    from mindformers_tbplugin.alerts.sinks import build_sinks
+    from mindformers_tbplugin.config import yaml_lines
     from mindformers_tbplugin.config.schema import ConfigError
     from mindformers_tbplugin.errors import UsageError
 
     try:
-        text = path.read_text(encoding="utf-8")
-        root = yaml.compose(text)
-        data = yaml.safe_load(text)
+        data, root = yaml_lines.load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
@@ -152,29 +151,10 @@ def _load_config(path: Path) -> tuple[list[Any], list[Any]]:
         raise UsageError(f"{path}: expected a 'rules:' list (and optionally 'sinks:')")
     rule_specs = section.get("rules") or []
     sink_specs = section.get("sinks") or []
-    _, problems = alerts.build_rules(rule_specs, f"{prefix}rules", watcher=True)
-    _, sink_problems = sinks.build_sinks(sink_specs, f"{prefix}sinks")
+    _, problems = build_rules(rule_specs, f"{prefix}rules", watcher=True)
+    _, sink_problems = build_sinks(sink_specs, f"{prefix}sinks")
     problems += sink_problems
     if problems:
-        lines = [f"  - {path}:{_line_of(root, p.key)}: {p.render()}" for p in problems]
+        lines = [f"  - {path}:{yaml_lines.line_of(root, p.key) or 1}: {p.render()}" for p in problems]
         raise ConfigError(f"invalid alert configuration in {path}:\n" + "\n".join(lines), problems)
     return list(rule_specs), list(sink_specs)
-
-
-def _line_of(root: Any, key_path: str) -> int:
-    """1-based line of the deepest YAML node that ``key_path`` (``rules[1].k``) reaches."""
-    node = root
-    line = node.start_mark.line + 1 if node is not None else 1
-    for name, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", key_path):
-        child = None
-        if index and hasattr(node, "value") and isinstance(node.value, list) and node.tag.endswith(":seq"):
-            items = node.value
-            child = items[int(index)] if int(index) < len(items) else None
-        elif name and node is not None and node.tag.endswith(":map"):
-            child = next((value for key, value in node.value if getattr(key, "value", None) == name), None)
-            if child is None:
-                child = next((key for key, _ in node.value if getattr(key, "value", None) == name), None)
-        if child is None:
-            break
-        node, line = child, child.start_mark.line + 1
-    return line

@@ -9,21 +9,16 @@ naming its YAML path and line. Warnings flag settings that are legal but likely 
 
 from __future__ import annotations
 
-import contextlib
-import difflib
 import inspect
 import os
-import re
-import sys
-import tempfile
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from mindformers_tbplugin.config.schema import check_entry, params_of
+from mindformers_tbplugin.config import yaml_lines
+from mindformers_tbplugin.config.report import Finding, Report, quiet_output
+from mindformers_tbplugin.config.schema import check_entry, did_you_mean, params_of
 from mindformers_tbplugin.tfevents import run_folders
 
 CALLBACK_LISTS = ("callbacks", "eval_callbacks")
@@ -31,62 +26,10 @@ CALLBACK_LISTS = ("callbacks", "eval_callbacks")
 COMMON_KEYS = ("type", "auto_register")
 # Above this many parameters, per-step histograms cost a noticeable share of a step.
 LARGE_MODEL_PARAMETERS = 1e9
-_PATH_PART = re.compile(r"([A-Za-z_]\w*)|\[(\d+)\]")
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One problem or warning: the YAML path (``callbacks[2].log_every``), its line, and what is wrong."""
-
-    path: str
-    line: int | None
-    message: str
-
-    def render(self) -> str:
-        where = self.path
-        if self.line:
-            where = f"{where} (line {self.line})" if where else f"line {self.line}"
-        return f"{where}: {self.message}" if where else self.message
-
-
-@dataclass
-class Report:
-    """The outcome for one file. ``unusable``: it could not be read, parsed or walked (exit status 2)."""
-
-    source: Path
-    errors: list[Finding] = field(default_factory=list)
-    warnings: list[Finding] = field(default_factory=list)
-    unusable: bool = False
-    entries_checked: int = 0
-
-    @property
-    def exit_code(self) -> int:
-        return 2 if self.unusable else 1 if self.errors else 0
-
-    def render(self) -> str:
-        if self.unusable:
-            head = f"{self.source}: cannot be checked"
-        elif self.errors:
-            head = f"{self.source}: {_count(len(self.errors), 'problem')}"
-        else:
-            checked = _count(self.entries_checked, "callback entry", "callback entries")
-            head = f"{self.source}: OK ({checked} checked)"
-        lines = [head]
-        lines += [f"  error: {f.render()}" for f in sorted(self.errors, key=_by_line)]
-        lines += [f"  warning: {f.render()}" for f in sorted(self.warnings, key=_by_line)]
-        return "\n".join(lines)
 
 
 class UnreadableConfig(Exception):
     """The file is missing, not text, empty or not YAML. The message says which and where."""
-
-
-def _by_line(finding: Finding) -> int:
-    return finding.line or 0
-
-
-def _count(n: int, singular: str, plural: str | None = None) -> str:
-    return f"{n} {singular if n == 1 else plural or singular + 's'}"
 
 
 # -- reading ----------------------------------------------------------------------------------------
@@ -108,16 +51,12 @@ def load_yaml(path: Path) -> tuple[Any, yaml.Node]:
         raise UnreadableConfig(
             f"{path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
         ) from None
-    loader = yaml.SafeLoader(text)
     try:
-        node = loader.get_single_node()
-        document = loader.construct_document(node) if node is not None else None
+        document, node = yaml_lines.load(text)
     except yaml.MarkedYAMLError as exc:
         raise UnreadableConfig(f"YAML syntax error {_yaml_error_text(exc)}") from None
     except yaml.YAMLError as exc:
         raise UnreadableConfig(f"YAML error: {exc}") from None
-    finally:
-        loader.dispose()
     if node is None or document is None:
         raise UnreadableConfig(f"{path} is empty: expected a MindFormers config (a YAML mapping)")
     return document, node
@@ -132,49 +71,7 @@ def _yaml_error_text(exc: yaml.MarkedYAMLError) -> str:
     return text
 
 
-def _parts(path: str) -> list[str | int]:
-    return [name if name else int(index) for name, index in _PATH_PART.findall(path)]
-
-
-def line_of(root: yaml.Node, path: str) -> int | None:
-    """1-based line of the deepest node on ``path`` (``callbacks[2].rules[0].metric``) that exists."""
-    node, line = root, None
-    for part in _parts(path):
-        child = key = None
-        if isinstance(part, int) and isinstance(node, yaml.SequenceNode) and part < len(node.value):
-            child = node.value[part]
-        elif isinstance(part, str) and isinstance(node, yaml.MappingNode):
-            for key_node, value_node in node.value:
-                if key_node.value == part:
-                    key, child = key_node, value_node  # the last one wins, as in the loaded document
-        if child is None:
-            break
-        line = (key or child).start_mark.line + 1
-        node = child
-    return line
-
-
 # -- MindFormers' registry (imported only for entries that are not ours) ----------------------------
-@contextlib.contextmanager
-def quiet_output() -> Iterator[None]:
-    """Silence what importing mindspore or mindformers prints (deprecation and optional-model warnings)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    with tempfile.TemporaryFile() as sink:
-        try:
-            os.dup2(sink.fileno(), 1)
-            os.dup2(sink.fileno(), 2)
-            yield
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            for fd in saved:
-                os.close(fd)
-
-
 def registered_callbacks() -> dict[str, type]:
     """MindFormers' callback registry (ours included once mindformers has loaded)."""
     from mindformers_tbplugin.framework.mindformers_api import registered
@@ -185,17 +82,9 @@ def registered_callbacks() -> dict[str, type]:
 
 
 # -- checking ---------------------------------------------------------------------------------------
-def suggest(name: str, candidates: Any) -> str | None:
-    """The closest candidate to ``name`` (case-insensitive), or None."""
-    by_lower = {str(c).lower(): str(c) for c in candidates}
-    close = difflib.get_close_matches(str(name).lower(), list(by_lower), n=1, cutoff=0.6)
-    return by_lower[close[0]] if close else None
-
-
 def _unknown_key_message(key: Any, owner: str, allowed: list[str]) -> str:
-    guess = suggest(key, allowed)
-    hint = f"did you mean '{guess}'? " if guess else ""
-    return f"unknown key '{key}' for {owner}; {hint}allowed: {', '.join(allowed)}"
+    hint = did_you_mean(key, allowed)
+    return f"unknown key '{key}' for {owner}; {hint + ' ' if hint else ''}allowed: {', '.join(allowed)}"
 
 
 class _Checker:
@@ -206,11 +95,11 @@ class _Checker:
         self.run_folders: dict[tuple[Path, str], str] = {}
 
     def error(self, path: str, message: str, unusable: bool = False) -> None:
-        self.report.errors.append(Finding(path, line_of(self.root, path), message))
+        self.report.errors.append(Finding(path, yaml_lines.line_of(self.root, path), message))
         self.report.unusable = self.report.unusable or unusable
 
     def warn(self, path: str, message: str) -> None:
-        self.report.warnings.append(Finding(path, line_of(self.root, path), message))
+        self.report.warnings.append(Finding(path, yaml_lines.line_of(self.root, path), message))
 
     def run(self) -> None:
         foreign = []
@@ -326,8 +215,7 @@ class _Checker:
             if name in registry:
                 self.check_foreign_keys(where, registry[name], entry)
             elif "auto_register" not in entry:  # with auto_register MindFormers imports the class itself
-                guess = suggest(name, [*registry, *self.ours])
-                hint = f"did you mean '{guess}'?" if guess else f"registered: {', '.join(sorted(registry))}"
+                hint = did_you_mean(name, [*registry, *self.ours]) or f"registered: {', '.join(sorted(registry))}"
                 self.error(f"{where}.type", f"unknown callback type '{name}'; {hint}")
 
     def check_foreign_keys(self, where: str, cls: type, entry: dict) -> None:
@@ -387,26 +275,3 @@ def check_file(path: str | Path, ours: dict[str, type] | None = None) -> Report:
         ours = our_callbacks()
     _Checker(report, document, root, ours).run()
     return report
-
-
-def check_before_training(path: str | Path) -> None:
-    """The ``mftb validate`` check, run by ``mftb train`` before anything is built.
-
-    Prints warnings to stderr; raises UsageError for an unusable file and ConfigError listing every
-    problem, both reported by ``mftb`` without a traceback (exit status 2). A missing file is left to
-    the caller's own message.
-    """
-    from mindformers_tbplugin.config.schema import ConfigError
-    from mindformers_tbplugin.errors import UsageError
-
-    path = Path(path).expanduser().resolve()
-    if not path.is_file():
-        return
-    report = check_file(path)
-    for finding in report.warnings:
-        print(f"mftb: warning: {path}: {finding.render()}", file=sys.stderr)
-    lines = "\n".join(f"  - {finding.render()}" for finding in report.errors)
-    if report.unusable:
-        raise UsageError(f"{path} cannot be used:\n{lines}")
-    if report.errors:
-        raise ConfigError(f"{path}: {_count(len(report.errors), 'problem')} in the callbacks, nothing built:\n{lines}")

@@ -7,14 +7,10 @@ MindFormers config but constrains only ``callbacks`` and ``eval_callbacks``. Our
 
 from __future__ import annotations
 
-import inspect
-import types
 import typing
 from typing import Any
 
-from mindformers_tbplugin.config.schema import Param, params_of
-
-_UNION_ORIGINS = (typing.Union, types.UnionType)  # Optional[int] and int | None
+from mindformers_tbplugin.config.schema import UNION_ORIGINS, Param, params_of, summary_of
 
 DRAFT = "http://json-schema.org/draft-07/schema#"
 AUTO_REGISTER_DOC = "MindFormers' module route: 'module_file.ClassName' found on REGISTER_PATH."
@@ -23,7 +19,7 @@ AUTO_REGISTER_DOC = "MindFormers' module route: 'module_file.ClassName' found on
 def type_schema(tp: Any) -> dict[str, Any]:
     """The JSON Schema of a Python type hint as the schema module uses them."""
     origin = typing.get_origin(tp)
-    if origin in _UNION_ORIGINS:
+    if origin in UNION_ORIGINS:
         return {"anyOf": [type_schema(arg) for arg in typing.get_args(tp)]}
     if origin is typing.Literal:
         return {"enum": list(typing.get_args(tp))}
@@ -54,7 +50,7 @@ def param_schema(param: Param) -> dict[str, Any]:
 
 def entry_schema(cls: type) -> dict[str, Any]:
     params = params_of(cls)
-    summary = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")
+    summary = summary_of(cls)
     return {
         "type": "object",
         "description": summary,

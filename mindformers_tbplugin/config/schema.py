@@ -1,12 +1,14 @@
-"""Callback parameter schemas, derived from the callback classes themselves.
+"""Parameter schemas of the callbacks and the alert rules, derived from the classes themselves.
 
-A callback declares its parameters once, in its ``__init__`` signature: the type hint (optionally
-``Annotated`` with a :class:`Range` or :class:`Choices`), the default, and a line in the class
-docstring's ``Args:`` section. Everything else (validation at construction, docs) is derived here, so
-a new parameter needs no second edit.
+A callback or an alert rule declares its parameters once, in its ``__init__`` signature: the type
+hint (optionally ``Annotated`` with a :class:`Range`, :class:`Choices` or :class:`Kind`), the default,
+and a line in the class docstring's ``Args:`` section. Everything else (validation at construction,
+``mftb validate``, ``mftb watch --list-rules``, docs) is derived here, so a new parameter needs no
+second edit. An ``__init__`` that takes ``**kwargs`` and passes them on to its base class also has the
+base's parameters.
 
 Rules a signature cannot express (several parameters together, or the inside of a structured value
-such as a ``list[dict]`` of rules) go in an optional classmethod hook on the callback::
+such as a ``list[dict]`` of rules) go in an optional classmethod hook on the class::
 
     @classmethod
     def check_cross_fields(cls, arguments: Mapping[str, Any]) -> list[Problem]: ...
@@ -19,16 +21,17 @@ parameter (``rules[2].threshold``) so that ``mftb validate`` points at the exact
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import re
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
 _NoneType = type(None)
-_UNION_ORIGINS = (Union, types.UnionType)  # Optional[int] and int | None
+UNION_ORIGINS = (Union, types.UnionType)  # Optional[int] and int | None
 
 
 @dataclass(frozen=True)
@@ -57,8 +60,17 @@ class Choices:
 
 
 @dataclass(frozen=True)
+class Kind:
+    """A kind of value no type hint spells, such as "one tag or a non-empty list of tags": the name
+    messages give it and the test a value must pass (instead of the hint's)."""
+
+    name: str
+    accepts: Callable[[Any], bool]
+
+
+@dataclass(frozen=True)
 class Param:
-    """One constructor parameter of a callback, as the schema sees it."""
+    """One constructor parameter of a callback or an alert rule, as the schema sees it."""
 
     name: str
     type: Any  # the bare type: int, float, str, bool, list[str], ...
@@ -68,9 +80,10 @@ class Param:
     range: Range | None
     choices: Choices | None
     doc: str
+    kind: Kind | None = None
 
     def type_name(self) -> str:
-        return _type_name(self.type) + (" or null" if self.optional else "")
+        return (self.kind.name if self.kind else _type_name(self.type)) + (" or null" if self.optional else "")
 
 
 @dataclass(frozen=True)
@@ -104,7 +117,7 @@ def _type_name(tp: Any) -> str:
     if origin is list:
         (item,) = typing.get_args(tp) or (Any,)
         return f"list of {_type_name(item)}"
-    if origin in _UNION_ORIGINS:
+    if origin in UNION_ORIGINS:
         return " or ".join(_type_name(a) for a in typing.get_args(tp))
     if origin is typing.Literal:
         return " or ".join(repr(v) for v in typing.get_args(tp))
@@ -133,52 +146,74 @@ def _doc_lines(cls: type) -> dict[str, str]:
     return docs
 
 
-def params_of(cls: type) -> list[Param]:
-    """The parameters of ``cls.__init__`` with their types, constraints, defaults and docs."""
-    hints = typing.get_type_hints(cls.__init__, include_extras=True)
-    docs = _doc_lines(cls)
-    params = []
-    for name, parameter in inspect.signature(cls.__init__).parameters.items():
-        if name == "self" or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+def summary_of(cls: type) -> str:
+    """The first paragraph of the class docstring, on one line."""
+    return (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")
+
+
+def _init_owners(cls: type) -> Iterator[type]:
+    """The class whose ``__init__`` ``cls`` uses, then the next one up while an ``__init__`` takes ``**kwargs``."""
+    for owner in cls.__mro__[:-1]:  # not object
+        if "__init__" not in vars(owner):
             continue
-        hint = hints.get(name, Any)
-        constraint_range = constraint_choices = None
-        if typing.get_origin(hint) is typing.Annotated:
-            hint, *extras = typing.get_args(hint)
-            for extra in extras:
-                if isinstance(extra, Range):
-                    constraint_range = extra
-                elif isinstance(extra, Choices):
-                    constraint_choices = extra
-        optional = False
-        if typing.get_origin(hint) in _UNION_ORIGINS and _NoneType in typing.get_args(hint):
-            optional = True
-            rest = tuple(a for a in typing.get_args(hint) if a is not _NoneType)
-            hint = rest[0] if len(rest) == 1 else Union[rest]  # noqa: UP007  (built at run time)
-        if typing.get_origin(hint) is typing.Literal:
-            constraint_choices = Choices(typing.get_args(hint))
-            hint = type(constraint_choices.values[0])
-        required = parameter.default is inspect.Parameter.empty
-        params.append(
-            Param(
-                name=name,
-                type=hint,
-                optional=optional,
-                default=None if required else parameter.default,
-                required=required,
-                range=constraint_range,
-                choices=constraint_choices,
-                doc=docs.get(name, ""),
-            )
-        )
-    return params
+        yield owner
+        if not any(p.kind is p.VAR_KEYWORD for p in inspect.signature(owner.__init__).parameters.values()):
+            return
+
+
+def params_of(cls: type) -> list[Param]:
+    """The parameters of ``cls.__init__`` (and of the base ``__init__`` its ``**kwargs`` go to) with
+    their types, constraints, defaults and docs."""
+    params: dict[str, Param] = {}
+    for owner in _init_owners(cls):
+        hints = typing.get_type_hints(owner.__init__, include_extras=True)
+        docs = _doc_lines(owner)
+        for name, parameter in inspect.signature(owner.__init__).parameters.items():
+            if name == "self" or name in params or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+                continue
+            params[name] = _param(name, parameter, hints.get(name, Any), docs.get(name, ""))
+    return list(params.values())
+
+
+def _param(name: str, parameter: inspect.Parameter, hint: Any, doc: str) -> Param:
+    """The hint taken apart: ``Annotated`` constraints, ``| None`` as optional, a ``Literal`` as choices."""
+    constraint_range = constraint_choices = kind = None
+    if typing.get_origin(hint) is typing.Annotated:
+        hint, *extras = typing.get_args(hint)
+        for extra in extras:
+            if isinstance(extra, Range):
+                constraint_range = extra
+            elif isinstance(extra, Choices):
+                constraint_choices = extra
+            elif isinstance(extra, Kind):
+                kind = extra
+    optional = False
+    if typing.get_origin(hint) in UNION_ORIGINS and _NoneType in typing.get_args(hint):
+        optional = True
+        rest = tuple(a for a in typing.get_args(hint) if a is not _NoneType)
+        hint = rest[0] if len(rest) == 1 else Union[rest]  # noqa: UP007  (built at run time)
+    if typing.get_origin(hint) is typing.Literal:
+        constraint_choices = Choices(typing.get_args(hint))
+        hint = type(constraint_choices.values[0])
+    required = parameter.default is inspect.Parameter.empty
+    return Param(
+        name=name,
+        type=hint,
+        optional=optional,
+        default=None if required else parameter.default,
+        required=required,
+        range=constraint_range,
+        choices=constraint_choices,
+        doc=doc,
+        kind=kind,
+    )
 
 
 def _matches(value: Any, tp: Any) -> bool:
     if tp is Any:
         return True
     origin = typing.get_origin(tp)
-    if origin in _UNION_ORIGINS:
+    if origin in UNION_ORIGINS:
         return any(_matches(value, a) for a in typing.get_args(tp))
     if origin is typing.Literal:
         return value in typing.get_args(tp) and not isinstance(value, bool)
@@ -199,8 +234,9 @@ def _matches(value: Any, tp: Any) -> bool:
 def check_value(param: Param, value: Any) -> str | None:
     """Why ``value`` is not acceptable for ``param``, or None when it is."""
     if value is None:
-        return None if param.optional or param.default is None else f"expected {param.type_name()}, got null"
-    if not _matches(value, param.type):
+        null_allowed = param.optional or (param.default is None and not param.required)  # `= None` allows it
+        return None if null_allowed else f"expected {param.type_name()}, got null"
+    if not (param.kind.accepts(value) if param.kind else _matches(value, param.type)):
         return f"expected {param.type_name()}, got {value!r} ({_type_name(type(value))})"
     if param.choices is not None and value not in param.choices.values:
         allowed = ", ".join(repr(v) for v in param.choices.values)
@@ -232,3 +268,10 @@ def check_entry(cls: type, arguments: dict[str, Any]) -> list[Problem]:
         return problems
     complete = {p.name: p.default for p in params_of(cls) if not p.required} | dict(arguments)
     return list(hook(complete))
+
+
+def did_you_mean(word: Any, candidates: Iterable[Any]) -> str | None:
+    """``did you mean 'spike'?`` for the candidate closest to ``word`` (case-insensitive), or None."""
+    by_lower = {str(c).lower(): str(c) for c in candidates}
+    close = difflib.get_close_matches(str(word).lower(), list(by_lower), n=1, cutoff=0.6)
+    return f"did you mean '{by_lower[close[0]]}'?" if close else None
