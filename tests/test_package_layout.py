@@ -94,6 +94,16 @@ def test_tfevents_knows_only_itself():
     assert not {module: found for module, found in outside.items() if found}
 
 
+def test_pipeline_is_plain_data():
+    """Step values to runs without MindSpore or MindFormers: the pipeline runs in unit tests as it is."""
+    outside = {
+        module: sorted(t for t in package_imports(module) if t.startswith((f"{NAME}.framework", f"{NAME}.callbacks")))
+        for module in MODULES
+        if module.startswith(f"{NAME}.pipeline")
+    }
+    assert not {module: found for module, found in outside.items() if found}
+
+
 def test_record_framing_lives_in_one_module():
     """The masked-CRC constant is part of the record framing: exactly one module may spell it."""
     spelling = [name for name, path in MODULES.items() if "0xa282ead8" in path.read_text(encoding="utf-8").lower()]

@@ -51,7 +51,8 @@ def device_target() -> str:
 
 
 class Collectives:
-    """Small host-side collectives over the world group, counted (tests check the count)."""
+    """Small host-side collectives over the world group, counted (tests check the count); the
+    :class:`~mindformers_tbplugin.pipeline.aggregation.CollectiveOps` of a real job."""
 
     def __init__(self) -> None:
         from mindspore import ops

@@ -13,10 +13,23 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from mindformers_tbplugin.pipeline import metrics
+
+
+class CollectiveOps(Protocol):
+    """The host collectives aggregation needs over the world group; framework/collectives.py runs
+    them on MindSpore, tests sum simulated ranks' vectors."""
+
+    calls: int
+
+    def all_reduce_sum(self, vector: np.ndarray) -> np.ndarray: ...
+
+    def all_gather(self, vector: np.ndarray) -> np.ndarray: ...
+
 
 MAX_DATA_TAGS = 32  # data metrics averaged per step; beyond that, the writing rank's own values are written
 _FINGERPRINT_BITS = 32

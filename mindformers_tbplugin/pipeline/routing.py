@@ -16,10 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mindformers_tbplugin.framework.collectives import Collectives
 from mindformers_tbplugin.log import WarnOnce, logger
 from mindformers_tbplugin.pipeline import listeners, metrics
-from mindformers_tbplugin.pipeline.aggregation import MAX_DATA_TAGS, DataAggregator, SystemSummary
+from mindformers_tbplugin.pipeline.aggregation import MAX_DATA_TAGS, CollectiveOps, DataAggregator, SystemSummary
 from mindformers_tbplugin.pipeline.metrics import MetricKind, StepMetrics
 from mindformers_tbplugin.pipeline.topology import Topology
 from mindformers_tbplugin.tfevents.writer import RunWriter
@@ -45,7 +44,7 @@ class MetricRouter:
         options: RouterOptions,
         main: RunWriter | None,
         rank_run: RunWriter | None,
-        collectives: Collectives | None,
+        collectives: CollectiveOps | None,
     ) -> None:
         self.topology = topology
         self.options = options

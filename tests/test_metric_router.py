@@ -1,0 +1,487 @@
+"""MetricRouter (pipeline/routing.py) on simulated ranks, without MindSpore: each rank's router runs in
+its own thread with its own writers, and a fake collective whose ``all_reduce_sum`` really sums the
+vectors every rank passed (a barrier stands in for the collective's synchronisation). Recording
+writers stand in for RunWriter; the last tests drive whole TensorBoardMonitors the same way, with
+real event files read back by TensorBoard's reader. The real collectives are exercised under msrun
+by tests/test_multirank.py."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import plugin_log, read_scalars
+
+from mindformers_tbplugin.pipeline import listeners
+from mindformers_tbplugin.pipeline.aggregation import MAX_DATA_TAGS
+from mindformers_tbplugin.pipeline.metrics import StepMetrics
+from mindformers_tbplugin.pipeline.routing import MetricRouter, RouterOptions
+from mindformers_tbplugin.pipeline.topology import Topology
+
+LOSS, LR = "train/loss", "train/lr"
+STEP_TIME, RSS = "perf/step_time_ms", "system/host_rss_gb"
+MISMATCH = "ranks logged different data metrics"
+
+
+# -- simulated job ----------------------------------------------------------------------------------
+class Group:
+    """The world group of a simulated job: collectives meet at a barrier and combine every rank's input."""
+
+    def __init__(self, world_size: int) -> None:
+        self.world_size = world_size
+        self._barrier = threading.Barrier(world_size, timeout=20)
+        self._inputs: list[np.ndarray | None] = [None] * world_size
+
+    def _exchange(self, rank: int, vector: np.ndarray) -> list[np.ndarray]:
+        self._inputs[rank] = np.array(vector, dtype=np.float32, copy=True)
+        self._barrier.wait()  # every rank's input is in
+        inputs = list(self._inputs)
+        self._barrier.wait()  # every rank has read them: the next collective may overwrite
+        return inputs
+
+    def abort(self) -> None:
+        self._barrier.abort()
+
+
+class FakeCollectives:
+    """One rank's side of the collectives, counted like framework.collectives.Collectives."""
+
+    def __init__(self, group: Group, rank: int) -> None:
+        self.group, self.rank = group, rank
+        self.calls = 0
+        self.sizes: list[int] = []
+
+    def all_reduce_sum(self, vector: np.ndarray) -> np.ndarray:
+        self.calls += 1
+        self.sizes.append(vector.size)
+        inputs = self.group._exchange(self.rank, vector)
+        return np.sum(np.stack(inputs), axis=0, dtype=np.float32)
+
+    def all_gather(self, vector: np.ndarray) -> np.ndarray:
+        self.calls += 1
+        return np.stack(self.group._exchange(self.rank, vector))
+
+
+class RecordingWriter:
+    """The RunWriter methods the router calls, recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, dict[str, float]]] = []
+
+    def add_scalars(self, step: int, values: dict[str, float], wall_time: float | None = None) -> None:
+        self.calls.append((step, dict(values)))
+
+    def series(self, tag: str) -> list[tuple[int, float]]:
+        return [(step, values[tag]) for step, values in self.calls if tag in values]
+
+    def tags(self) -> set[str]:
+        return {tag for _, values in self.calls for tag in values}
+
+
+@dataclass
+class Rank:
+    topology: Topology
+    router: MetricRouter
+    main: RecordingWriter | None
+    rank_run: RecordingWriter | None
+    collectives: FakeCollectives
+
+
+def make_job(
+    world_size: int,
+    stages: int = 1,
+    aggregate_every: int = 4,
+    topk_ranks: int = 0,
+    rank_runs: bool = True,
+    **options: object,
+) -> list[Rank]:
+    """One router per rank, wired as TensorBoardMonitor wires them: a main-run writer on the writer
+    rank only, a rank run on every rank when per-rank runs are on (then ``topk_ranks`` is 0)."""
+    group = Group(world_size)
+    ranks = []
+    for rank in range(world_size):
+        topology = Topology(rank, world_size, stages, "semi_auto_parallel", False, communicating=True)
+        main = RecordingWriter() if topology.is_writer else None
+        rank_run = RecordingWriter() if rank_runs else None
+        collectives = FakeCollectives(group, rank)
+        router_options = RouterOptions(
+            aggregate_every=aggregate_every,
+            rank_policy=str(options.get("rank_policy", "writer")),
+            topk_ranks=topk_ranks,
+            vs_samples=bool(options.get("vs_samples", False)),
+            vs_tokens=False,
+            samples_per_step=options.get("samples_per_step"),  # type: ignore[arg-type]
+            tokens_per_sample=None,
+        )
+        router = MetricRouter(topology, router_options, main, rank_run, collectives)  # type: ignore[arg-type]
+        ranks.append(Rank(topology, router, main, rank_run, collectives))
+    return ranks
+
+
+def run_ranks(group_of: list[Rank] | Group, scripts: list[Callable[[], None]]) -> None:
+    """Run each rank's script in its own thread, as the ranks of a job run side by side."""
+    group = group_of[0].collectives.group if isinstance(group_of, list) else group_of
+    errors: list[BaseException] = []
+
+    def guarded(script: Callable[[], None]) -> None:
+        try:
+            script()
+        except BaseException as exc:
+            errors.append(exc)
+            group.abort()  # the other ranks leave their collective instead of waiting for this one
+
+    threads = [threading.Thread(target=guarded, args=(script,), daemon=True) for script in scripts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads), "a simulated rank hangs"
+    if errors:
+        raise errors[0]
+
+
+def train(
+    ranks: list[Rank],
+    steps: range,
+    metrics_of: Callable[[int, int], StepMetrics],
+    before_step: Callable[[int, int], None] | None = None,
+    after_step: Callable[[int, int], None] | None = None,
+) -> None:
+    """Every rank logs ``steps`` (``metrics_of(rank, step)``), then ends cleanly."""
+
+    def script(rank: Rank) -> Callable[[], None]:
+        def run() -> None:
+            for step in steps:
+                if before_step is not None:
+                    before_step(rank.topology.rank, step)
+                rank.router.log_step(metrics_of(rank.topology.rank, step))
+                if after_step is not None:
+                    after_step(rank.topology.rank, step)
+            rank.router.finish(clean=True)
+
+        return run
+
+    run_ranks(ranks, [script(rank) for rank in ranks])
+
+
+@pytest.fixture(autouse=True)
+def fresh_listeners(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The listener registry and the job-stop state are process-wide: each test starts from none."""
+    monkeypatch.setattr(listeners, "_listeners", [])
+    monkeypatch.setattr(listeners, "_stop_carriers", 0)
+    monkeypatch.setattr(listeners, "_stop_requested", False)
+
+
+def dp_metrics(rank: int, step: int) -> StepMetrics:
+    """Rank 1's loss is rank 0's + 2 (their mean: step + 1.5); rank 1 is 200 ms slower and uses less memory.
+    All values are exact in float32, the collective's type."""
+    return StepMetrics(
+        step,
+        data={LOSS: step + 0.5 + 2.0 * rank},
+        model={LR: 0.001 * step},
+        system={STEP_TIME: 100.0 + 200.0 * rank + step, RSS: 2.0 - 0.5 * rank},
+    )
+
+
+# -- data, model and system metrics -----------------------------------------------------------------
+def test_data_metrics_are_the_mean_over_data_parallel_ranks() -> None:
+    ranks = make_job(2, aggregate_every=4, vs_samples=True, samples_per_step=8.0)
+    published: list[tuple[int, dict[str, float]]] = []
+    listeners.subscribe(lambda step, values: published.append((step, dict(values))))
+    train(ranks, range(1, 9), dp_metrics)
+    main = ranks[0].main
+    assert ranks[1].main is None
+    assert main.series(LOSS) == [(step, step + 1.5) for step in range(1, 9)]
+    assert main.series(LOSS + "_vs_samples") == [(8 * step, step + 1.5) for step in range(1, 9)]
+    assert not any(tag.startswith("local/") for tag in main.tags())
+    # Listeners (alert rules) see the averaged loss, exactly as written.
+    assert [(step, values[LOSS]) for step, values in published if LOSS in values] == main.series(LOSS)
+    assert not ranks[0].router.stop_agreed and not ranks[1].router.stop_agreed
+
+
+def test_averaged_data_metrics_are_written_at_the_aggregation() -> None:
+    ranks = make_job(2, aggregate_every=4)
+    written: dict[int, list[int]] = {}  # after each step of the writer rank: the loss steps written so far
+
+    def after_step(rank: int, step: int) -> None:
+        if rank == 0:
+            written[step] = [loss_step for loss_step, _ in ranks[0].main.series(LOSS)]
+
+    train(ranks, range(1, 9), dp_metrics, after_step=after_step)
+    first, both = [1, 2, 3, 4], list(range(1, 9))
+    assert written == {1: [], 2: [], 3: [], 4: first, 5: first, 6: first, 7: first, 8: both}
+
+
+def test_model_metrics_are_written_once_by_the_writer_rank() -> None:
+    ranks = make_job(2, aggregate_every=4)
+    train(ranks, range(1, 9), dp_metrics)
+    assert ranks[0].main.series(LR) == [(step, 0.001 * step) for step in range(1, 9)]
+    for rank in ranks:  # rank runs hold system metrics only (rank_policy "writer")
+        assert rank.rank_run.tags() == {STEP_TIME, RSS}
+
+
+def test_system_metrics_per_rank_and_their_cross_rank_summary() -> None:
+    ranks = make_job(2, aggregate_every=4)
+    train(ranks, range(1, 9), dp_metrics)
+    for rank in ranks:
+        r = rank.topology.rank
+        assert rank.rank_run.series(STEP_TIME) == [(step, 100.0 + 200.0 * r + step) for step in range(1, 9)]
+        assert rank.rank_run.series(RSS) == [(step, 2.0 - 0.5 * r) for step in range(1, 9)]
+    main = ranks[0].main
+    # The main run: the writer rank's own values at every step ...
+    assert main.series(STEP_TIME) == [(step, 100.0 + step) for step in range(1, 9)]
+    # ... and per interval, the statistics over the ranks' interval means (rank 0: 102.5 then 106.5).
+    assert main.series("ranks/step_time_ms_min") == [(4, 102.5), (8, 106.5)]
+    assert main.series("ranks/step_time_ms_max") == [(4, 302.5), (8, 306.5)]
+    assert main.series("ranks/step_time_ms_mean") == [(4, 202.5), (8, 206.5)]
+    assert main.series("ranks/step_time_ms_argmax") == [(4, 1.0), (8, 1.0)]
+    assert main.series("ranks/host_rss_gb_max") == [(4, 2.0), (8, 2.0)]
+    assert main.series("ranks/host_rss_gb_argmax") == [(4, 0.0), (8, 0.0)]
+    assert main.series("ranks/host_rss_gb_min") == [(4, 1.5), (8, 1.5)]
+    # Per-rank runs show every rank: no slowest-ranks list.
+    assert not any(tag.startswith("ranks/slowest_") for tag in main.tags())
+
+
+def test_without_rank_runs_the_main_run_names_the_slowest_ranks() -> None:
+    step_times = {0: 150.0, 1: 400.0, 2: 100.0}  # rank 1 is the slowest, then rank 0
+
+    def metrics_of(rank: int, step: int) -> StepMetrics:
+        return StepMetrics(step, data={LOSS: float(rank)}, system={STEP_TIME: step_times[rank]})
+
+    ranks = make_job(3, aggregate_every=2, topk_ranks=2, rank_runs=False)
+    train(ranks, range(1, 3), metrics_of)
+    main = ranks[0].main
+    assert main.series("ranks/slowest_1_rank") == [(2, 1.0)]
+    assert main.series("ranks/slowest_1_step_time_ms") == [(2, 400.0)]
+    assert main.series("ranks/slowest_2_rank") == [(2, 0.0)]
+    assert main.series("ranks/slowest_2_step_time_ms") == [(2, 150.0)]
+    assert "ranks/slowest_3_rank" not in main.tags()
+    assert main.series("ranks/step_time_ms_argmax") == [(2, 1.0)]
+    assert main.series(LOSS) == [(1, 1.0), (2, 1.0)]
+
+
+def test_rank_policy_all_gives_each_rank_run_all_its_own_values() -> None:
+    ranks = make_job(2, aggregate_every=4, rank_policy="all")
+    train(ranks, range(1, 5), dp_metrics)
+    for rank in ranks:
+        r = rank.topology.rank
+        assert rank.rank_run.series(LOSS) == [(step, step + 0.5 + 2.0 * r) for step in range(1, 5)]
+        assert rank.rank_run.tags() == {LOSS, LR, STEP_TIME, RSS}
+    assert ranks[0].main.series(LOSS) == [(step, step + 1.5) for step in range(1, 5)]
+
+
+# -- one collective per interval ----------------------------------------------------------------------
+def test_exactly_one_all_reduce_per_aggregation_interval_whatever_the_metrics() -> None:
+    def metrics_of(rank: int, step: int) -> StepMetrics:
+        data = {f"custom/m{i:02d}": float(rank * 100 + i) for i in range(20)}
+        return StepMetrics(step, data={LOSS: float(rank), **data}, system={STEP_TIME: 10.0})
+
+    ranks = make_job(2, aggregate_every=4)
+    train(ranks, range(1, 11), metrics_of)  # intervals end at steps 4 and 8; finish() takes steps 9-10
+    for rank in ranks:
+        assert rank.collectives.calls == 3
+        assert rank.router.aggregations == 3
+        assert len(set(rank.collectives.sizes)) == 1  # one vector size for the whole run
+    main = ranks[0].main
+    assert main.series(LOSS) == [(step, 0.5) for step in range(1, 11)]
+    assert main.series("custom/m07") == [(step, 57.0) for step in range(1, 11)]
+
+
+# -- what cannot be averaged ------------------------------------------------------------------------
+def test_ranks_logging_different_data_tags_are_detected_not_averaged() -> None:
+    def metrics_of(rank: int, step: int) -> StepMetrics:
+        data = {LOSS: step + 0.5 + 2.0 * rank}
+        if rank == 0:
+            data["custom/acc"] = 0.25 * step  # on rank 0 only
+        return StepMetrics(step, data=data)
+
+    ranks = make_job(2, aggregate_every=2)
+    with plugin_log() as messages:
+        train(ranks, range(1, 5), metrics_of)  # two intervals, both mismatched
+    main = ranks[0].main
+    assert main.series("local/train/loss") == [(step, step + 0.5) for step in range(1, 5)]  # rank 0's own
+    assert main.series("local/custom/acc") == [(step, 0.25 * step) for step in range(1, 5)]
+    assert LOSS not in main.tags() and "custom/acc" not in main.tags()
+    warnings = [m for m in messages if MISMATCH in m]
+    assert len(warnings) == 1, messages  # said once, not at every interval
+    assert "rank 0's own values under local/" in warnings[0]
+
+
+def test_matching_tags_raise_no_mismatch_warning() -> None:
+    ranks = make_job(2, aggregate_every=2)
+    with plugin_log() as messages:
+        train(ranks, range(1, 5), dp_metrics)
+    assert not [m for m in messages if MISMATCH in m]
+
+
+def test_data_tags_beyond_capacity_are_the_writer_ranks_own_values_with_a_warning() -> None:
+    def metrics_of(rank: int, step: int) -> StepMetrics:
+        averaged = {f"custom/m{i:02d}": float(rank) for i in range(MAX_DATA_TAGS - 1)}
+        overflow = {"zz/late_a": 10.0 + rank, "zz/late_b": 20.0 + rank}  # sorted after the first MAX_DATA_TAGS
+        return StepMetrics(step, data={LOSS: step + 0.5 + 2.0 * rank, **averaged, **overflow})
+
+    ranks = make_job(2, aggregate_every=2)
+    with plugin_log() as messages:
+        train(ranks, range(1, 5), metrics_of)
+    main = ranks[0].main
+    assert main.series(LOSS) == [(step, step + 1.5) for step in range(1, 5)]
+    assert main.series(f"custom/m{MAX_DATA_TAGS - 2:02d}") == [(step, 0.5) for step in range(1, 5)]
+    assert main.series("local/zz/late_a") == [(step, 10.0) for step in range(1, 5)]
+    assert "zz/late_b" not in main.tags() and main.series("local/zz/late_b")[-1] == (4, 20.0)
+    assert len([m for m in messages if "zz/late_a, zz/late_b are not averaged" in m]) == 1, messages
+
+
+def test_an_earlier_pipeline_stage_contributes_nothing_to_data_means() -> None:
+    # 4 ranks, 2 pipeline stages: ranks 0-1 (first stage) output a placeholder loss; rank 2 writes.
+    def metrics_of(rank: int, step: int) -> StepMetrics:
+        loss = 1000.0 if rank < 2 else step + 2.0 * (rank - 2)  # ranks 2, 3: step and step + 2
+        return StepMetrics(step, data={LOSS: loss}, model={LR: 0.5}, system={STEP_TIME: 10.0 * (rank + 1)})
+
+    ranks = make_job(4, stages=2, aggregate_every=2)
+    assert [rank.topology.is_writer for rank in ranks] == [False, False, True, False]
+    train(ranks, range(1, 5), metrics_of)
+    main = ranks[2].main
+    assert main.series(LOSS) == [(step, step + 1.0) for step in range(1, 5)]
+    assert main.series(LR) == [(step, 0.5) for step in range(1, 5)]
+    # System statistics still cover every rank, the first stage included.
+    assert main.series("ranks/step_time_ms_min") == [(2, 10.0), (4, 10.0)]
+    assert main.series("ranks/step_time_ms_max") == [(2, 40.0), (4, 40.0)]
+    assert main.series("ranks/step_time_ms_argmax") == [(2, 3.0), (4, 3.0)]
+
+
+def test_without_aggregation_the_writer_rank_writes_its_own_data_values_under_local() -> None:
+    ranks = make_job(2, aggregate_every=0)
+    train(ranks, range(1, 5), dp_metrics)
+    main = ranks[0].main
+    assert main.series("local/train/loss") == [(step, step + 0.5) for step in range(1, 5)]
+    assert LOSS not in main.tags() and not any(tag.startswith("ranks/") for tag in main.tags())
+    assert [rank.collectives.calls for rank in ranks] == [0, 0]
+
+
+def test_after_a_failure_pending_values_are_written_as_local_without_a_collective() -> None:
+    ranks = make_job(2, aggregate_every=4)
+
+    def script(rank: Rank) -> Callable[[], None]:
+        def run() -> None:
+            for step in range(1, 7):
+                rank.router.log_step(dp_metrics(rank.topology.rank, step))
+            rank.router.finish(clean=False)  # other ranks may be gone: no collective
+
+        return run
+
+    run_ranks(ranks, [script(rank) for rank in ranks])
+    main = ranks[0].main
+    assert main.series(LOSS) == [(step, step + 1.5) for step in range(1, 5)]
+    assert main.series("local/train/loss") == [(5, 5.5), (6, 6.5)]
+    assert [rank.collectives.calls for rank in ranks] == [1, 1]
+
+
+# -- job-wide stop ----------------------------------------------------------------------------------
+def test_a_stop_request_on_one_rank_rides_in_the_aggregation_and_stops_every_rank() -> None:
+    ranks = make_job(2, aggregate_every=4)
+    agreed_after: dict[int, list[int]] = {0: [], 1: []}
+
+    def before_step(rank: int, step: int) -> None:
+        if rank == 1 and step == 2:  # e.g. an alert with action: stop, on a rank that does not write
+            assert listeners.request_job_stop()
+
+    def after_step(rank: int, step: int) -> None:
+        if ranks[rank].router.stop_agreed:
+            agreed_after[rank].append(step)
+
+    train(ranks, range(1, 9), dp_metrics, before_step, after_step)
+    # Both ranks learn it from the interval's one collective (step 4), none before.
+    assert agreed_after == {0: [4, 5, 6, 7, 8], 1: [4, 5, 6, 7, 8]}
+    assert [rank.collectives.calls for rank in ranks] == [2, 2]
+    assert not listeners.take_stop_request()  # consumed by the aggregation that carried it
+
+
+def test_a_stop_request_without_aggregation_is_refused() -> None:
+    ranks = make_job(2, aggregate_every=0)  # nothing carries it to the other ranks
+    assert not listeners.request_job_stop()
+    train(ranks, range(1, 3), dp_metrics)
+    assert not any(rank.router.stop_agreed for rank in ranks)
+
+
+def test_the_stop_carrier_is_released_at_the_end() -> None:
+    ranks = make_job(2, aggregate_every=2)
+    assert listeners.request_job_stop()
+    train(ranks, range(1, 3), dp_metrics)
+    assert all(rank.router.stop_agreed for rank in ranks)
+    assert not listeners.request_job_stop()  # both routers finished: no carrier left
+
+
+# -- wired by TensorBoardMonitor, with real event files -----------------------------------------------
+def _monitor_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, per_rank_limit: int) -> Path:
+    """Two TensorBoardMonitors, ranks 0 and 1 of one simulated job, each in its own thread, 8 steps
+    with aggregate_every 4 (rank 1's loss is rank 0's + 2); returns the run folder."""
+    from mindformers_tbplugin.callbacks import tensorboard_monitor
+    from mindformers_tbplugin.framework.model_facts import ModelFacts
+    from mindformers_tbplugin.framework.trainers import StepEnd, TrainStart
+
+    group, this_rank = Group(2), threading.local()
+    monkeypatch.setattr(tensorboard_monitor, "Collectives", lambda: FakeCollectives(group, this_rank.value))
+    options = {"log_hparams": False, "log_config": False, "log_graph": False, "log_eval": False}
+    monitors = [
+        tensorboard_monitor.TensorBoardMonitor(
+            log_dir=str(tmp_path / "tb"),
+            experiment="sim",
+            aggregate_every=4,
+            param_norm_every=0,
+            log_memory=False,
+            per_rank_limit=per_rank_limit,
+            topk_ranks=2,
+            resume=False,
+            **options,
+        )
+        for _ in range(2)
+    ]
+
+    def script(rank: int) -> Callable[[], None]:
+        def run() -> None:
+            this_rank.value = rank
+            topology = Topology(rank, 2, 1, "data_parallel", False, communicating=True)
+            monitor = monitors[rank]
+            start = TrainStart("classic", ModelFacts(), topology, None, None, 1, None, None, None, {}, lambda: None)
+            monitor.train_started(start)
+            for step in range(1, 9):
+                monitor.step_began()
+                outputs = (step + 0.5 + 2.0 * rank, False, 1.0, 0.001 * step, 1.0)
+                monitor.step_ended(StepEnd(step, None, lambda _args, _step, outputs=outputs: outputs))
+            monitor.train_ended(None)
+
+        return run
+
+    with plugin_log() as messages:
+        run_ranks(group, [script(0), script(1)])
+    assert not [m for m in messages if "training continues" in m], messages  # the monitor swallows errors
+    (run_dir,) = (tmp_path / "tb").iterdir()
+    assert monitors[1].run_dir == run_dir  # rank 1 learnt the writer rank's folder name
+    return run_dir
+
+
+def test_monitor_writes_rank_runs_up_to_per_rank_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_dir = _monitor_job(tmp_path, monkeypatch, per_rank_limit=2)
+    main = read_scalars(run_dir)
+    assert main[LOSS] == [(step, step + 1.5) for step in range(1, 9)]
+    assert sorted(p.name for p in run_dir.iterdir() if p.is_dir()) == ["rank_0", "rank_1"]
+    for rank in (0, 1):
+        own = read_scalars(run_dir / f"rank_{rank}")
+        assert [step for step, _ in own[STEP_TIME]] == list(range(1, 9))
+        assert LOSS not in own
+    assert [step for step, _ in main["ranks/step_time_ms_max"]] == [4, 8]
+    assert not [tag for tag in main if tag.startswith("ranks/slowest_")]
+
+
+def test_monitor_beyond_per_rank_limit_lists_the_slowest_ranks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_dir = _monitor_job(tmp_path, monkeypatch, per_rank_limit=1)
+    main = read_scalars(run_dir)
+    assert main[LOSS] == [(step, step + 1.5) for step in range(1, 9)]
+    assert not [p for p in run_dir.iterdir() if p.is_dir()]  # no rank runs
+    for place in (1, 2):
+        assert [step for step, _ in main[f"ranks/slowest_{place}_rank"]] == [4, 8]
+    assert {rank for _, rank in main["ranks/slowest_1_rank"] + main["ranks/slowest_2_rank"]} == {0.0, 1.0}
