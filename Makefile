@@ -6,7 +6,7 @@ INSTALLED := $(VENV)/.installed
 DEMO_CONFIG := configs/tiny/llama_tiny_cpu.yaml
 DEMO_LOGS := $(CURDIR)/output/tensorboard
 
-.PHONY: install demo test lint bench bench-quick clean browser screenshot compat
+.PHONY: install demo test test-fast lint bench bench-quick clean browser screenshot compat
 
 install: $(INSTALLED)
 
@@ -35,6 +35,11 @@ lint: $(INSTALLED)
 
 test: lint browser
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest
+
+# The unit tests only, in under a minute: no lint, none of the tests marked slow (trainings, msrun jobs,
+# interpreters that import MindSpore/MindFormers, TensorBoard servers, the browser). `make test` runs them all.
+test-fast: $(INSTALLED)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -m "not slow"
 
 # Headless Chromium for tests/test_browser.py: installed with apt-get when we are root; otherwise that test skips.
 browser:

@@ -1,4 +1,9 @@
-"""Shared fixtures: one real tiny MindFormers training reused by many tests, and readers."""
+"""Shared fixtures: one real tiny MindFormers training reused by many tests, and readers.
+
+Tests marked ``slow`` start processes (trainings, msrun jobs, interpreters that import MindSpore or
+MindFormers, TensorBoard servers, a browser); ``make test-fast`` runs the others. A module says so with
+``pytestmark``, a test with ``@pytest.mark.slow``; a test that uses the training fixtures below
+(``tiny_data`` and everything built on it) is marked here, wherever it lives."""
 
 from __future__ import annotations
 
@@ -113,6 +118,17 @@ def plugin_log() -> Iterator[list[str]]:
 
 def run_dirs(log_root: Path) -> list[Path]:
     return sorted(p for p in log_root.iterdir() if p.is_dir()) if log_root.exists() else []
+
+
+# Fixtures that make data or run trainings in subprocesses: a test that needs one, directly or through
+# another fixture, is slow.
+TRAINING_FIXTURES = frozenset({"tiny_data"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if TRAINING_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

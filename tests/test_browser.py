@@ -27,10 +27,13 @@ _MISSING = [
     )
     if not present
 ]
-pytestmark = pytest.mark.skipif(
-    bool(_MISSING),
-    reason=f"browser test skipped: {', '.join(_MISSING)} not installed (`make browser` installs them as root)",
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        bool(_MISSING),
+        reason=f"browser test skipped: {', '.join(_MISSING)} not installed (`make browser` installs them as root)",
+    ),
+]
 
 # Line paths drawn in the charts, with their number of vertices.
 LINE_VERTICES_JS = DEEP_COUNT_JS.replace(

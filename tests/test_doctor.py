@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import HELPERS, MFTB, TrainingRun, read_scalars, subprocess_env
 from tb_helpers import plain_tensorboard, wait_for
 from tensorboardX import SummaryWriter
@@ -61,6 +62,7 @@ def finished_long_ago(logdir: Path) -> None:
         os.utime(path, (past, past))
 
 
+@pytest.mark.slow
 def test_healthy_logdir_served_by_tensorboard_passes_every_check(tmp_path: Path) -> None:
     logdir = tmp_path / "tb"
     write_mftb_run(logdir / "ours")
@@ -82,6 +84,7 @@ def test_a_real_training_run_passes_the_file_checks(tmp_path: Path, tiny_run: Tr
     assert f"[ OK ] event files: 1 runs, 1 event files under {logdir}" in output
 
 
+@pytest.mark.slow
 def test_server_check_names_what_is_served_instead(tmp_path: Path) -> None:
     logdir, other = tmp_path / "tb", tmp_path / "other"
     write_mftb_run(logdir / "run")
@@ -97,6 +100,7 @@ def test_server_check_names_what_is_served_instead(tmp_path: Path) -> None:
     assert f"fix: mftb tensorboard {logdir} --port {idle}" in output
 
 
+@pytest.mark.slow
 def test_server_flags_that_hide_points_are_named(tmp_path: Path) -> None:
     logdir = tmp_path / "tb"
     write_mftb_run(logdir / "resumed", 1, 20)
@@ -134,6 +138,7 @@ def test_no_event_files_points_to_where_recent_runs_are(tmp_path: Path) -> None:
     assert f"fix: point TensorBoard at the folder above the run folders: {fix}" in check
 
 
+@pytest.mark.slow
 def test_mindspore_summary_files_are_named_as_unreadable(tmp_path: Path) -> None:
     logdir = tmp_path / "summary"
     code = (
@@ -199,6 +204,7 @@ def test_a_file_held_open_by_a_running_writer_is_reported_with_its_process(tmp_p
     assert f"open by pid {child.pid} (python" in check
 
 
+@pytest.mark.slow
 def test_two_processes_writing_one_run_folder(tmp_path: Path) -> None:
     run_dir = tmp_path / "tb" / "shared_run"
     children = [
@@ -256,6 +262,7 @@ def test_bad_options_are_usage_errors(tmp_path: Path) -> None:
     assert code == 2
 
 
+@pytest.mark.slow
 def test_reading_is_streaming_memory_stays_flat(tmp_path: Path) -> None:
     """~20 MB of events: peak memory of `mftb doctor` stays near its import footprint, not the file size."""
     writer = RunWriter(tmp_path / "tb" / "long", max_queue=200_000)

@@ -31,6 +31,8 @@ from tensorboard.backend.event_processing.event_accumulator import SCALARS, Even
 
 from mindformers_tbplugin.viewer.tensorboard_server import any_free_port
 
+pytestmark = pytest.mark.slow
+
 LAUNCH = REPO / "scripts" / "msrun_launch.sh"
 DP2_CONFIG = REPO / "configs" / "tiny" / "llama_tiny_cpu_dp2.yaml"
 COLLECTIVES_LINE = re.compile(r"TensorBoardMonitor: (\d+) aggregation interval\(s\), (\d+) collective\(s\) in all")

@@ -8,8 +8,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import HELPERS, read_scalars, run_dirs, subprocess_env
 from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
+
+pytestmark = pytest.mark.slow
 
 SCRIPT = HELPERS / "plain_mindspore_train.py"
 

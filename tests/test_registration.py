@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import HELPERS, MFTB, read_scalars, run_dirs, subprocess_env, write_tiny_config
 
+pytestmark = pytest.mark.slow
+
 SCRIPT = HELPERS / "train_with_mindformers_only.py"
 
 

@@ -14,6 +14,8 @@ from tb_helpers import listening_addresses, mftb_tensorboard, wait_for
 from mindformers_tbplugin.tfevents.writer import RunWriter
 from mindformers_tbplugin.viewer import tensorboard_server
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def logdir(tmp_path: Path) -> Path:

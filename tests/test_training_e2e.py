@@ -9,7 +9,7 @@ import pytest
 import yaml
 from conftest import TINY_CONFIG, TrainingRun, mf_losses, read_scalars
 
-pytestmark = pytest.mark.compat
+pytestmark = [pytest.mark.slow, pytest.mark.compat]
 
 STEPS = 32  # 64 samples, batch 2
 PER_STEP_TAGS = {

@@ -145,6 +145,7 @@ def corpus_run() -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.slow
 def test_each_broken_config_names_path_line_and_what_is_allowed(
     name: str, corpus_run: subprocess.CompletedProcess[str]
 ) -> None:
@@ -156,6 +157,7 @@ def test_each_broken_config_names_path_line_and_what_is_allowed(
     assert check_file(BROKEN / name, our_callbacks()).exit_code == expected_status
 
 
+@pytest.mark.slow
 def test_no_traceback_and_the_worst_status_wins(corpus_run: subprocess.CompletedProcess[str]) -> None:
     assert corpus_run.returncode == 2
     assert "Traceback" not in corpus_run.stdout + corpus_run.stderr
@@ -171,6 +173,7 @@ def test_no_traceback_and_the_worst_status_wins(corpus_run: subprocess.Completed
         (["entry_without_type.yaml", "key_typo.yaml"], 2),
     ],
 )
+@pytest.mark.slow
 def test_exit_status_contract_for_launchers(files: list[str], status: int) -> None:
     result = subprocess.run(
         [MFTB, "validate", *(str(BROKEN / f) for f in files)], env=subprocess_env(), capture_output=True, text=True
@@ -180,6 +183,7 @@ def test_exit_status_contract_for_launchers(files: list[str], status: int) -> No
 
 
 @pytest.mark.compat
+@pytest.mark.slow
 def test_every_bundled_config_is_valid() -> None:
     configs = sorted(str(p) for p in (REPO / "configs").rglob("*.yaml"))
     assert len(configs) >= 4
@@ -189,6 +193,7 @@ def test_every_bundled_config_is_valid() -> None:
     assert "error:" not in result.stdout
 
 
+@pytest.mark.slow
 def test_mftb_train_stops_before_mindformers_with_the_same_messages(tmp_path: Path) -> None:
     # A misspelt key that the callback's own constructor never sees (MindFormers would pass it as an
     # unexpected keyword): the YAML check names it with its line before anything is built.

@@ -17,6 +17,8 @@ import pytest
 from conftest import MFTB, TrainingRun, subprocess_env, train, write_tiny_config
 from tb_helpers import plain_tensorboard, wait_for
 
+pytestmark = pytest.mark.slow
+
 STEPS = 16  # 32 samples, batch 2
 SECRET = "hf-not-a-real-token-8c1f"
 RUNS = {"lr_high": 3e-3, "lr_low": 1e-3}

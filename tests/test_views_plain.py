@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import HELPERS, run_dirs, subprocess_env
 
+pytestmark = pytest.mark.slow
+
 SCRIPT = HELPERS / "plain_mindspore_train.py"
 
 
