@@ -3,7 +3,7 @@ its own thread with its own writers, and a fake collective whose ``all_reduce_su
 vectors every rank passed (a barrier stands in for the collective's synchronisation). Recording
 writers stand in for RunWriter; the last tests drive whole TensorBoardMonitors the same way, with
 real event files read back by TensorBoard's reader. The real collectives are exercised under msrun
-by tests/test_multirank.py."""
+by tests/test_msrun_jobs.py."""
 
 from __future__ import annotations
 

@@ -159,3 +159,20 @@ def test_retention_can_archive_instead_of_deleting(tmp_path: Path) -> None:
     assert moved == runs[:2]
     assert sorted(p.name for p in (tmp_path / "archive").iterdir()) == [r.name for r in runs[:2]]
     assert [p.name for p in (tmp_path / "logs").iterdir()] == [runs[-1].name]
+
+
+def test_a_failing_record_builder_costs_only_its_record(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def broken(step: int, wall_time: float) -> None:
+        raise ValueError("bad record")
+
+    writer = RunWriter(tmp_path / "run")
+    with plugin_log() as messages:
+        writer.add_built(1, broken)
+        writer.add_scalars(2, {"train/loss": 1.5})
+        writer.close()
+    assert any("bad record" in m for m in messages)
+    accumulator = EventAccumulator(str(tmp_path / "run"))
+    accumulator.Reload()
+    assert [(e.step, e.value) for e in accumulator.Scalars("train/loss")] == [(2, 1.5)]
