@@ -4,6 +4,7 @@ circle, MindSpore/MindFormers known only to framework/, the file format spelled 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,24 @@ def test_record_framing_lives_in_one_module():
     """The masked-CRC constant is part of the record framing: exactly one module may spell it."""
     spelling = [name for name, path in MODULES.items() if "0xa282ead8" in path.read_text(encoding="utf-8").lower()]
     assert spelling == [f"{NAME}.tfevents.records"]
+
+
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+# One module per YAML type or sub-command: the doc describes those rooms as a whole.
+ROOMS_DESCRIBED_AS_A_WHOLE = ("callbacks", "commands")
+
+
+def test_architecture_page_names_every_module_and_only_existing_ones():
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    unnamed = [
+        path.relative_to(PACKAGE).as_posix()
+        for path in PACKAGE.glob("*/*.py")
+        if path.name != "__init__.py"
+        and path.parent.name not in ROOMS_DESCRIBED_AS_A_WHOLE
+        and f"`{path.name}`" not in text
+        and f"{path.parent.name}/{path.name}" not in text
+    ]
+    assert not unnamed, f"docs/architecture.md says nothing of {unnamed}"
+    named = set(re.findall(r"\b([a-z_]+/[a-z_]+\.py)\b", text))
+    missing = sorted(p for p in named if not (PACKAGE / p).exists() and not (PACKAGE.parent / p).exists())
+    assert not missing, f"docs/architecture.md names modules that do not exist: {missing}"
