@@ -7,14 +7,15 @@
 #
 # - validates the config (mftb validate) before any rank starts;
 # - puts the Python environment's bin first on PATH (msrun starts `python` from PATH);
-# - routes each rank's stdout/stderr to <output_dir>/msrun_log/<node_rank>/worker_<rank>.log and
-#   TensorBoard runs to <output_dir>/tensorboard (MFTB_LOG_DIR), beside them;
+# - routes each rank's stdout/stderr to <output_dir>/msrun_log/<node_rank>/worker_<rank>.log and the
+#   TensorBoard runs of monitors that set no log_dir to <output_dir>/tensorboard (MFTB_LOG_DIR);
+#   a log_dir written in the YAML wins (relative ones resolve against the folder you launch from);
 # - exits non-zero when a rank fails, naming the rank and showing the tail of its log.
 # Run it once per node with the same --output_dir on shared storage and --node_rank 0..nodes-1.
 set -euo pipefail
 
 usage() {
-  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 }
 die() { echo "msrun_launch: error: $*" >&2; exit 2; }
@@ -60,14 +61,19 @@ else
 fi
 export PATH="$env_bin:$PATH"
 
-"$env_bin/mftb" validate "$config" || { echo "msrun_launch: config is invalid; no rank was started" >&2; exit 2; }
+output_dir="$(realpath -m -- "$output_dir")"
+export MFTB_LOG_DIR="$output_dir/tensorboard"
+# The folders the runs will really go to, as mftb validate resolves them (YAML log_dir, else MFTB_LOG_DIR).
+tb_listing="$(mktemp)"
+trap 'rm -f "$tb_listing"' EXIT
+"$env_bin/mftb" validate --log-dirs "$tb_listing" "$config" ||
+  { echo "msrun_launch: config is invalid; no rank was started" >&2; exit 2; }
+mapfile -t tb_dirs < "$tb_listing"
+tb_runs="TensorBoard runs in ${tb_dirs[*]:-(no TensorBoardMonitor in the config)}"
 
 config="$(cd "$(dirname "$config")" && pwd)/$(basename "$config")"
-mkdir -p "$output_dir"
-output_dir="$(cd "$output_dir" && pwd)"
 log_dir="$output_dir/msrun_log/$node_rank"
 mkdir -p "$log_dir"
-export MFTB_LOG_DIR="$output_dir/tensorboard"
 
 case "$entry" in
   "mftb train") script=("$env_bin/mftb" train) ;;
@@ -75,7 +81,7 @@ case "$entry" in
   *) die "--entry must be \"mftb train\" or a path to run_mindformer.py, got '$entry'" ;;
 esac
 
-echo "msrun_launch: node $node_rank, $local_worker_num of $worker_num workers, logs in $log_dir, TensorBoard runs in $MFTB_LOG_DIR"
+echo "msrun_launch: node $node_rank, $local_worker_num of $worker_num workers, logs in $log_dir, $tb_runs"
 status=0
 msrun --worker_num="$worker_num" --local_worker_num="$local_worker_num" --node_rank="$node_rank" \
   --master_addr="$master_addr" --master_port="$master_port" --log_dir="$log_dir" --join=True \
@@ -98,4 +104,4 @@ if (( status != 0 )); then
   done
   exit "$status"
 fi
-echo "msrun_launch: done; TensorBoard runs in $MFTB_LOG_DIR"
+echo "msrun_launch: done; $tb_runs"

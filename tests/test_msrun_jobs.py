@@ -366,6 +366,24 @@ def _small_job(
     return job
 
 
+def test_without_log_dir_the_runs_go_beside_the_rank_logs_and_the_launcher_says_so(dp2_job: Job) -> None:
+    folder = dp2_job.output / "tensorboard"
+    assert dp2_job.run_dir.parent == folder
+    said = [line for line in dp2_job.stdout.splitlines() if line.startswith("msrun_launch: ")]
+    assert said[0].endswith(f", TensorBoard runs in {folder}")
+    assert said[-1] == f"msrun_launch: done; TensorBoard runs in {folder}"
+
+
+def test_a_log_dir_written_in_the_yaml_wins_over_the_launchers_folder(tmp_path: Path, tiny_data: Path) -> None:
+    chosen = tmp_path / "shared" / "tb"
+    job = _small_job(tmp_path, tiny_data, steps=4, log_dir=str(chosen))
+    (run,) = run_dirs(chosen)
+    assert [step for step, _ in read_scalars(run)["train/loss"]] == [1, 2, 3, 4]
+    assert not (job.output / "tensorboard").exists()
+    assert f"TensorBoard runs in {chosen}" in job.stdout
+    assert f"msrun_launch: done; TensorBoard runs in {chosen}" in job.stdout
+
+
 def test_without_per_rank_runs_the_main_run_names_the_slowest_ranks(tmp_path: Path, tiny_data: Path) -> None:
     job = _small_job(tmp_path, tiny_data, per_rank_limit=1, topk_ranks=2)  # world size 2 > limit: "auto" is off
     assert not [p for p in job.run_dir.iterdir() if p.is_dir()]

@@ -40,6 +40,18 @@ def test_every_bad_argument_is_reported_at_once(tmp_path: Path) -> None:
     assert len(caught.value.problems) == 5
 
 
+@pytest.mark.parametrize("name", ["log_dir", "experiment", "run_name_pattern"])
+def test_an_empty_path_or_name_is_an_error_not_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    kwargs = {"log_dir": str(tmp_path / "tb"), name: ""}
+    with pytest.raises(ConfigError) as caught:
+        TensorBoardMonitor(**kwargs)
+    assert re.search(rf"TensorBoardMonitor\.{name}: expected non-empty string( or null)?, got ''", str(caught.value))
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     ("kwargs", "fragment"),
     [

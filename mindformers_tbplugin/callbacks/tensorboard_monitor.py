@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from mindformers_tbplugin.config.schema import ConfigError, Problem, Range, check_entry
+from mindformers_tbplugin.config.schema import NON_EMPTY_TEXT, ConfigError, Problem, Range, check_entry
 from mindformers_tbplugin.framework import run_description
 from mindformers_tbplugin.framework.collectives import Collectives, agree_on_ints
 from mindformers_tbplugin.framework.eval_hook import EvalRecorder
@@ -33,8 +33,8 @@ class TensorBoardMonitor(MonitorCallback):
 
     Args:
         log_dir: Root folder of the runs; each training gets its own run folder below it. Made
-            absolute against the working directory when the callback is built. The environment
-            variable MFTB_LOG_DIR, set by the msrun launcher, takes its place.
+            absolute against the working directory when the callback is built. When not given:
+            the launcher's folder (MFTB_LOG_DIR, <output_dir>/tensorboard), else ./output/tensorboard.
         experiment: Experiment name: the ``{experiment}`` part of the run folder name.
         run_name_pattern: Run folder name; placeholders ``{experiment}``, ``{timestamp}``
             (YYYYmmdd-HHMMSS) and ``{rank}``.
@@ -89,9 +89,9 @@ class TensorBoardMonitor(MonitorCallback):
 
     def __init__(
         self,
-        log_dir: str = "./output/tensorboard",
-        experiment: str = "mindformers",
-        run_name_pattern: str = "{experiment}_{timestamp}",
+        log_dir: Annotated[str | None, NON_EMPTY_TEXT] = None,
+        experiment: Annotated[str, NON_EMPTY_TEXT] = "mindformers",
+        run_name_pattern: Annotated[str, NON_EMPTY_TEXT] = "{experiment}_{timestamp}",
         log_every: Annotated[int, Range(min=1)] = 1,
         flush_secs: Annotated[float, Range(min=0.1, max=3600)] = 5.0,
         param_norm_every: Annotated[int, Range(min=0)] = 100,
@@ -125,7 +125,7 @@ class TensorBoardMonitor(MonitorCallback):
                 self.extra_metrics.append(custom_metrics.resolve_extra_metric(reference))
             except ValueError as exc:
                 problems.append(Problem(f"extra_metrics[{index}]", str(exc)))
-        self.log_root = run_folders.log_root(log_dir) if isinstance(log_dir, str) else None
+        self.log_root = run_folders.log_root(log_dir) if isinstance(log_dir, (str, type(None))) else None
         if self.log_root is not None and not problems:
             reason = run_folders.unwritable_reason(self.log_root)
             if reason:

@@ -12,9 +12,9 @@ DESCRIPTION = (
     "Check the callbacks: and eval_callbacks: lists of each CONFIG: this package's callbacks against their "
     "schema (unknown keys, types, ranges, choices, cross-field rules, two monitors writing one run folder), "
     "other entries against MindFormers' callback registry. Every problem is listed with its YAML path and line; "
-    "warnings flag legal but likely wrong settings. Exit status: 0 all valid, 1 problems found, 2 a file could "
-    "not be read or parsed (missing, empty, not text, YAML syntax error, callbacks not a list, an entry without "
-    "type)."
+    "warnings flag legal but likely wrong settings; notes say where the runs will go. Exit status: 0 all valid, "
+    "1 problems found, 2 a file could not be read or parsed (missing, empty, not text, YAML syntax error, "
+    "callbacks not a list, an entry without type)."
 )
 # Framework packages it needs (checked by mftb before it runs).
 FRAMEWORK = ("mindspore",)
@@ -22,6 +22,11 @@ FRAMEWORK = ("mindspore",)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("configs", nargs="+", metavar="CONFIG.yaml", help="MindFormers YAML config(s) to check")
+    parser.add_argument(
+        "--log-dirs",
+        metavar="FILE",
+        help="also write the folders the TensorBoard runs will go to, one per line, to FILE (for launchers)",
+    )
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
@@ -30,6 +35,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     from mindformers_tbplugin.config.report import quiet_output
 
     worst = 0
+    log_dirs: list[str] = []
     # Importing mindformers (if anything needs it) writes a log folder: keep it out of the working directory.
     with tempfile.TemporaryDirectory(prefix="mftb-validate-") as scratch:
         os.environ.setdefault("LOCAL_DEFAULT_PATH", scratch)
@@ -39,4 +45,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
             report = check_file(config, ours)
             print(report.render(), flush=True)
             worst = max(worst, report.exit_code)
+            log_dirs += [str(folder) for folder in report.log_dirs if str(folder) not in log_dirs]
+    if args.log_dirs:
+        with open(args.log_dirs, "w", encoding="utf-8") as listing:
+            listing.writelines(f"{folder}\n" for folder in log_dirs)
     return worst

@@ -101,6 +101,9 @@ class _Checker:
     def warn(self, path: str, message: str) -> None:
         self.report.warnings.append(Finding(path, yaml_lines.line_of(self.root, path), message))
 
+    def note(self, path: str, message: str) -> None:
+        self.report.notes.append(Finding(path, yaml_lines.line_of(self.root, path), message))
+
     def run(self) -> None:
         foreign = []
         for list_name in CALLBACK_LISTS:
@@ -151,9 +154,8 @@ class _Checker:
             self.warn_likely_mistakes(where, cls, {p.name: p.default for p in params.values()} | arguments)
 
     def warn_likely_mistakes(self, where: str, cls: type, arguments: dict) -> None:
-        log_dir = arguments.get("log_dir")
-        if isinstance(log_dir, str):
-            self.check_log_dir(f"{where}.log_dir", log_dir)
+        if "log_dir" in arguments:
+            self.check_log_dir(where, arguments["log_dir"])
             if "experiment" in arguments and "run_name_pattern" in arguments:
                 self.check_run_folder(where, cls, arguments)
         if arguments.get("aggregate_every") == 1:
@@ -170,14 +172,20 @@ class _Checker:
                 "parameters slow training noticeably; every 100 steps or more is usual",
             )
 
-    def check_log_dir(self, path: str, log_dir: str) -> None:
-        resolved = run_folders.log_root(log_dir)  # MFTB_LOG_DIR (set by the msrun launcher) replaces log_dir
-        if not os.path.isabs(os.path.expanduser(log_dir)) and not os.environ.get(run_folders.LOG_DIR_ENV, "").strip():
-            self.warn(
-                path,
-                f"relative path '{log_dir}' resolves against the working directory of each training process "
-                f"(from here: {resolved}); an absolute path is safer under msrun and job schedulers",
-            )
+    def check_log_dir(self, where: str, log_dir: str | None) -> None:
+        """Say where the runs will go (a note: nothing to change), and warn only when they cannot."""
+        resolved = run_folders.log_root(log_dir)
+        if log_dir:
+            path, origin = f"{where}.log_dir", "log_dir"
+            if not os.path.isabs(os.path.expanduser(log_dir)):
+                origin = f"log_dir '{log_dir}' from the working directory {Path.cwd()}"
+        elif os.environ.get(run_folders.LOG_DIR_ENV, "").strip():
+            path, origin = where, f"the launcher's folder {run_folders.LOG_DIR_ENV}, as this entry sets no log_dir"
+        else:
+            path, origin = where, f"the default {run_folders.DEFAULT_LOG_DIR} from the working directory {Path.cwd()}"
+        self.note(path, f"runs go to {resolved} ({origin})")
+        if resolved not in self.report.log_dirs:
+            self.report.log_dirs.append(resolved)
         if run_folders.is_non_ascii(resolved):
             self.warn(path, f"{resolved} contains non-ASCII characters; some TensorBoard versions mishandle them")
         existing = next(p for p in (resolved, *resolved.parents) if p.exists())
@@ -185,8 +193,6 @@ class _Checker:
             self.warn(path, f"{existing} exists and is not a folder, so {resolved} cannot be created on this machine")
         elif not os.access(existing, os.W_OK | os.X_OK):
             self.warn(path, f"{existing} is not writable here, so {resolved} cannot be created on this machine")
-        elif existing not in (resolved, resolved.parent):
-            self.warn(path, f"parent folder {resolved.parent} does not exist on this machine (it will be created)")
 
     def check_run_folder(self, where: str, cls: type, arguments: dict) -> None:
         if run_folders.unknown_run_name_fields(arguments["run_name_pattern"]):

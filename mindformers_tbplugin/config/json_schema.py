@@ -33,7 +33,12 @@ def type_schema(tp: Any) -> dict[str, Any]:
 
 
 def param_schema(param: Param) -> dict[str, Any]:
-    schema = {"enum": list(param.choices.values)} if param.choices else type_schema(param.type)
+    if param.choices:
+        schema = {"enum": list(param.choices.values)}
+    elif param.kind is not None and param.kind.json_schema is not None:
+        schema = dict(param.kind.json_schema)
+    else:
+        schema = type_schema(param.type)
     if param.range is not None:
         if param.range.min is not None:
             schema["minimum"] = param.range.min

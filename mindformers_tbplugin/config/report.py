@@ -14,7 +14,7 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Finding:
-    """One problem or warning: the YAML path (``callbacks[2].log_every``), its line, and what is wrong."""
+    """One problem, warning or note: the YAML path (``callbacks[2].log_every``), its line, and what is wrong."""
 
     path: str
     line: int | None
@@ -34,6 +34,8 @@ class Report:
     source: Path
     errors: list[Finding] = field(default_factory=list)
     warnings: list[Finding] = field(default_factory=list)
+    notes: list[Finding] = field(default_factory=list)  # facts worth knowing, nothing to change
+    log_dirs: list[Path] = field(default_factory=list)  # where the monitors will write, in entry order
     unusable: bool = False
     entries_checked: int = 0
 
@@ -53,6 +55,7 @@ class Report:
         lines = [head]
         lines += [f"  error: {f.render()}" for f in sorted(self.errors, key=_by_line)]
         lines += [f"  warning: {f.render()}" for f in sorted(self.warnings, key=_by_line)]
+        lines += [f"  note: {f.render()}" for f in sorted(self.notes, key=_by_line)]
         return "\n".join(lines)
 
 

@@ -66,6 +66,15 @@ class Kind:
 
     name: str
     accepts: Callable[[Any], bool]
+    json_schema: dict[str, Any] | None = None  # what editors check instead of the hint's type
+
+
+def _is_non_empty_text(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+# A path or a name: an empty string (typically an unset variable in a templated config) is a mistake.
+NON_EMPTY_TEXT = Kind("non-empty string", _is_non_empty_text, {"type": "string", "pattern": "\\S"})
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 RUN_NAME_FIELDS = ("experiment", "timestamp", "rank")
 TIMESTAMP_FORMAT = "%Y%m%d-%H%M%S"
 LOG_DIR_ENV = "MFTB_LOG_DIR"
+DEFAULT_LOG_DIR = "./output/tensorboard"  # when neither the config nor the launcher names a folder
 EVENT_FILE_MARKER = "tfevents"  # TensorBoard opens only files whose name contains it
 _NOT_RUNS = {".git", ".venv", "venv", "node_modules", "__pycache__", "site-packages", ".cache"}
 
@@ -52,11 +53,13 @@ def absolute_path(path: str) -> Path:
     return Path(os.path.abspath(os.path.expanduser(path)))
 
 
-def log_root(log_dir: str) -> Path:
-    """Where runs go: ``log_dir`` made absolute now, unless the launcher set ``MFTB_LOG_DIR``
-    (``scripts/msrun_launch.sh`` does, so TensorBoard runs sit beside the per-rank logs)."""
-    override = os.environ.get(LOG_DIR_ENV, "").strip()
-    return absolute_path(override or log_dir)
+def log_root(log_dir: str | None) -> Path:
+    """Where runs go, made absolute now: the ``log_dir`` the config gives; without one, the folder the
+    msrun launcher chose (``MFTB_LOG_DIR``: ``<output_dir>/tensorboard``, beside the per-rank logs),
+    else ``./output/tensorboard``."""
+    if log_dir:
+        return absolute_path(log_dir)
+    return absolute_path(os.environ.get(LOG_DIR_ENV, "").strip() or DEFAULT_LOG_DIR)
 
 
 def is_non_ascii(path: Path) -> bool:
