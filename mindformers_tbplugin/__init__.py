@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 # Public names, loaded on first use so that importing the package stays free of MindSpore.
 _LAZY_EXPORTS = {
     "TensorBoardMonitor": "mindformers_tbplugin.callbacks.tensorboard_monitor",
+    "TensorBoard": "mindformers_tbplugin.callbacks.tensorboard_alias",
     "HistogramMonitor": "mindformers_tbplugin.callbacks.histogram_monitor",
     "AlertMonitor": "mindformers_tbplugin.callbacks.alert_monitor",
     "CPUTrainOneStepCell": "mindformers_tbplugin.framework.cpu_wrapper",

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from mindformers_tbplugin.config import yaml_lines
+from mindformers_tbplugin.config import replacements, yaml_lines
 from mindformers_tbplugin.config.report import Finding, Report, quiet_output
 from mindformers_tbplugin.config.schema import check_entry, did_you_mean, params_of
 from mindformers_tbplugin.tfevents import run_folders
@@ -24,6 +24,8 @@ from mindformers_tbplugin.tfevents import run_folders
 CALLBACK_LISTS = ("callbacks", "eval_callbacks")
 # Keys MindFormers itself reads from any entry: the registry name and its module-loading route.
 COMMON_KEYS = ("type", "auto_register")
+# Optional classmethod of a callback: (arguments) -> [Problem] that are notes, e.g. what an alias's keys became.
+NOTES_HOOK = "config_notes"
 # Above this many parameters, per-step histograms cost a noticeable share of a step.
 LARGE_MODEL_PARAMETERS = 1e9
 
@@ -121,6 +123,9 @@ class _Checker:
                 where = f"{list_name}[{index}]"
                 if not isinstance(entry, dict):
                     self.error(where, f"expected a mapping with a 'type' key, got {_kind(entry)}", unusable=True)
+                elif (settings := replacements.summary_settings(entry)) is not None:
+                    self.report.entries_checked += 1
+                    self.error(where, replacements.summary_replacement_message(settings))
                 elif "type" not in entry:
                     self.error(where, "entry has no 'type' key (the callback class name)", unusable=True)
                 elif not isinstance(entry["type"], str) or not entry["type"]:
@@ -152,6 +157,9 @@ class _Checker:
             self.error(f"{where}.{problem.key}" if problem.key else where, problem.message)
         if not problems:
             self.warn_likely_mistakes(where, cls, {p.name: p.default for p in params.values()} | arguments)
+            notes = getattr(cls, NOTES_HOOK, None)
+            for note in notes(arguments) if notes else ():
+                self.note(f"{where}.{note.key}", note.message)
 
     def warn_likely_mistakes(self, where: str, cls: type, arguments: dict) -> None:
         if "log_dir" in arguments:

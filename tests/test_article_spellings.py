@@ -1,0 +1,125 @@
+"""What the articles MindFormers users read tell them to write: `type: TensorBoard` works as our
+monitor and says what each of its keys became; MindSpore's SummaryCollector (whose files TensorBoard
+cannot open) is refused before anything compiles, with the exact entries to write instead."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import MFTB, TINY_CONFIG, read_scalars, subprocess_env, train, write_tiny_config
+from tensorboard.backend.event_processing.event_accumulator import HISTOGRAMS, EventAccumulator
+
+from mindformers_tbplugin.callbacks.catalog import our_callbacks
+from mindformers_tbplugin.config.checker import check_file
+
+ARTICLE_ENTRY = {"type": "TensorBoard", "log_dir": "./tb_logs/llm_finetune", "update_time": 60}
+
+
+def _check(tmp_path: Path, callbacks: list) -> tuple[list[str], list[str]]:
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"callbacks": callbacks}, sort_keys=False))
+    report = check_file(config, our_callbacks())
+    return [f.render() for f in report.errors], [f.render() for f in report.notes]
+
+
+def test_the_articles_entry_validates_and_says_what_each_key_became(tmp_path: Path) -> None:
+    errors, notes = _check(tmp_path, [{**ARTICLE_ENTRY, "histogram_interval": 1, "profile": 0}])
+    assert errors == []
+    assert "callbacks[0].type (line 2): TensorBoard is the articles' spelling of TensorBoardMonitor" in notes
+    assert (
+        "callbacks[0].update_time (line 4): update_time ignored: it is how often the viewer reloads; use "
+        "`mftb tensorboard LOGDIR --reload_interval 60`"
+    ) in notes
+    assert (
+        "callbacks[0].histogram_interval (line 5): histogram_interval: 1 -> parameter histograms every 1 epoch(s) "
+        "(HistogramMonitor every_epochs)"
+    ) in notes
+    assert "callbacks[0].profile (line 6): profile ignored: profiling is MindSpore's Profiler, not these logs" in notes
+
+
+def test_any_other_key_gets_the_usual_did_you_mean(tmp_path: Path) -> None:
+    errors, _ = _check(tmp_path, [{**ARTICLE_ENTRY, "histogram_intervl": 1}])
+    (error,) = errors
+    assert error.startswith(
+        "callbacks[0].histogram_intervl (line 5): unknown key 'histogram_intervl' for TensorBoard; "
+        "did you mean 'histogram_interval'?"
+    )
+
+
+@pytest.mark.parametrize(
+    ("entry", "replacement"),
+    [
+        (
+            {"summary_collector": {"summary_dir": "./summary_dir", "collect_freq": 10}},
+            [
+                {"type": "TensorBoardMonitor", "log_dir": "./summary_dir", "log_every": 10},
+                {"type": "HistogramMonitor", "every_steps": 10},
+            ],
+        ),
+        (
+            {"type": "SummaryCollector", "summary_dir": "/tmp/s", "collect_freq": 5, "keep_default_action": False},
+            [{"type": "TensorBoardMonitor", "log_dir": "/tmp/s", "log_every": 5}],
+        ),
+        (
+            {"type": "SummaryMonitor", "collect_tensor_freq": 100},
+            [{"type": "TensorBoardMonitor", "log_every": 10}, {"type": "HistogramMonitor", "every_steps": 100}],
+        ),
+    ],
+)
+def test_summary_collector_is_refused_with_the_entries_that_replace_it(
+    tmp_path: Path, entry: dict, replacement: list[dict]
+) -> None:
+    errors, _ = _check(tmp_path, [{"type": "MFLossMonitor"}, entry])
+    (error,) = errors
+    head, listing = error.split("\n", 1)
+    assert head == (
+        "callbacks[1] (line 3): SummaryCollector writes MindInsight summary files, which TensorBoard cannot open "
+        "(it shows no runs); replace this entry with:"
+    )
+    assert yaml.safe_load(listing) == replacement
+    # The printed replacement is itself a valid callbacks list.
+    assert _check(tmp_path, [{"type": "MFLossMonitor"}, *replacement])[0] == []
+
+
+@pytest.mark.slow
+def test_mftb_train_refuses_summary_collector_before_building_anything(tmp_path: Path) -> None:
+    config = yaml.safe_load(TINY_CONFIG.read_text())
+    config["callbacks"] = [{"type": "MFLossMonitor"}, {"summary_collector": {"summary_dir": str(tmp_path / "s")}}]
+    path = tmp_path / "summary.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    result = subprocess.run(
+        [MFTB, "train", "--config", str(path)], cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "SummaryCollector writes MindInsight summary files" in result.stderr
+    assert "- type: TensorBoardMonitor" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_training_with_the_articles_entry_writes_scalars_and_epoch_histograms(
+    tmp_path: Path, tiny_data: Path
+) -> None:
+    entry = {**ARTICLE_ENTRY, "log_dir": str(tmp_path / "tb"), "histogram_interval": 1, "profile": 0}
+    config = write_tiny_config(
+        tmp_path, tiny_data, [{"type": "MFLossMonitor"}, entry], num_samples=16, runner_config=_epochs(2)
+    )
+    run = train(config, tmp_path)
+    assert run.returncode == 0, run.output[-4000:]
+    assert "TensorBoard: TensorBoard is the articles' spelling of TensorBoardMonitor; " in run.output
+    assert "update_time ignored" in run.output and "profile ignored" in run.output
+    assert [step for step, _ in read_scalars(run.run_dir)["train/loss"]] == list(range(1, 17))
+    accumulator = EventAccumulator(str(run.run_dir), size_guidance={HISTOGRAMS: 0})
+    accumulator.Reload()
+    tags = accumulator.Tags()["histograms"]
+    assert tags and all(tag.startswith("params/") for tag in tags)
+    assert [event.step for event in accumulator.Histograms(tags[0])] == [8, 16]  # the end of each epoch
+
+
+def _epochs(count: int) -> dict:
+    runner = dict(yaml.safe_load(TINY_CONFIG.read_text())["runner_config"])
+    runner["epochs"] = count
+    return runner
