@@ -60,13 +60,14 @@ class MftbTensorBoard:
 
 @contextlib.contextmanager
 def mftb_tensorboard(
-    logdir: Path, *args: str, cwd: Path | None = None, timeout: float = 120.0
+    logdir: Path, *args: str, cwd: Path | None = None, timeout: float = 120.0, env: dict[str, str] | None = None
 ) -> Iterator[MftbTensorBoard]:
-    """Run `mftb tensorboard LOGDIR ARGS` until it says it is ready; always stopped on exit."""
+    """Run `mftb tensorboard LOGDIR ARGS` (``env``: variables to set) until it says it is ready; always
+    stopped on exit."""
     process = subprocess.Popen(
         [MFTB, "tensorboard", str(logdir), *args],
         cwd=cwd,
-        env=subprocess_env(),
+        env=subprocess_env(**(env or {})),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import HELPERS, MFTB, TrainingRun, read_scalars, subprocess_env
-from tb_helpers import plain_tensorboard, wait_for
+from tb_helpers import mftb_tensorboard, plain_tensorboard, wait_for
 from tensorboardX import SummaryWriter
 
 from mindformers_tbplugin.tfevents.writer import RunWriter
@@ -98,6 +98,39 @@ def test_server_check_names_what_is_served_instead(tmp_path: Path) -> None:
     code, output = doctor(logdir, "--port", str(idle))
     assert f"[FAIL] TensorBoard on port {idle}: nothing listens on {idle}" in output
     assert f"fix: mftb tensorboard {logdir} --port {idle}" in output
+
+
+def test_no_tensorboard_is_information_unless_a_port_was_asked_for(tmp_path: Path) -> None:
+    """Without --port, a TensorBoard that is not running says nothing about the logs: exit 0."""
+    logdir = tmp_path / "tb"
+    write_mftb_run(logdir / "run")
+    finished_long_ago(logdir)
+    code, output = doctor(logdir)
+    assert code == 0, output
+    check = verdict(output, "TensorBoard")
+    assert check.startswith(f"[INFO] TensorBoard: none serves {logdir} (")
+    assert "the checks above do not need one" in check
+    assert f"       to view the runs: mftb tensorboard {logdir}\n" in check and "fix:" not in check
+    assert output.count("[ OK ]") == 6 and output.endswith("6 of 6 checks passed.\n")
+    idle = tensorboard_server.free_port(17206)
+    code, output = doctor(logdir, "--port", str(idle))
+    assert code == 1
+    assert f"[FAIL] TensorBoard on port {idle}: nothing listens on {idle}" in output
+    assert "6 of 7 checks passed." in output
+
+
+@pytest.mark.slow
+def test_without_port_the_tensorboard_serving_the_logdir_is_found_on_its_port(tmp_path: Path) -> None:
+    """`mftb tensorboard` moves to another port when 6006 is taken: the doctor finds and checks it there."""
+    logdir = tmp_path / "tb"
+    write_mftb_run(logdir / "run")
+    finished_long_ago(logdir)
+    with mftb_tensorboard(logdir, "--port", str(tensorboard_server.free_port(17306))) as server:
+        assert wait_for(lambda: tensorboard_server.get_json(server.port, "/data/runs")) == ["run"]
+        code, output = doctor(logdir)
+    assert code == 0, output
+    assert f"[ OK ] TensorBoard on port {server.port}: serves {logdir} with 1 runs" in output
+    assert "7 of 7 checks passed." in output
 
 
 @pytest.mark.slow

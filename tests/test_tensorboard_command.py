@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -70,10 +72,35 @@ def test_relative_logdir_is_made_absolute_and_a_taken_port_is_skipped(logdir: Pa
 
 def test_bind_all_warns_that_every_log_is_exposed(logdir: Path) -> None:
     port = tensorboard_server.free_port(18206)
-    with mftb_tensorboard(logdir, "--port", str(port), "--bind_all") as server:
+    ssh_session = {"SSH_CONNECTION": "203.0.113.7 52144 10.20.30.40 22"}
+    with mftb_tensorboard(logdir, "--port", str(port), "--bind_all", env=ssh_session) as server:
         assert "WARNING: --bind_all" in server.output and "can read every log under" in server.output
         assert listening_addresses(port) & {"0.0.0.0", "::"}
         assert wait_for(lambda: tensorboard_server.get_json(port, "/data/runs")) == ["llama_tiny_20261129-120000"]
+    assert "ssh -N" not in server.output  # reachable without a tunnel
+
+
+def test_in_an_ssh_session_the_tunnel_command_for_the_url_is_printed(logdir: Path) -> None:
+    """SSH_CONNECTION is "client_ip client_port server_ip server_port": the tunnel goes to the server
+    address the session came in on, with its port and the login name."""
+    port = tensorboard_server.free_port(18506)
+    ssh_session = {"SSH_CONNECTION": "203.0.113.7 52144 10.20.30.40 2222", "USER": "alice", "LOGNAME": "alice"}
+    with mftb_tensorboard(logdir, "--port", str(port), env=ssh_session) as server:
+        assert listening_addresses(port) == {"127.0.0.1"}
+    tunnel = f"ssh -N -L {port}:127.0.0.1:{port} -p 2222 alice@10.20.30.40"
+    assert f"TensorBoard is ready: http://127.0.0.1:{port}/  (Ctrl-C stops it)\n" in server.output
+    assert f"From the computer you SSH from, run this, then open the URL there: {tunnel}\n" in server.output
+    if shutil.which("ssh"):  # what the ssh client makes of that command, without connecting (-G)
+        argv = shlex.split(tunnel)
+        resolved = subprocess.run(
+            ["ssh", "-G", "-F", "/dev/null", *argv[1:]], capture_output=True, text=True, check=True
+        ).stdout.splitlines()
+        expected = {"user alice", "hostname 10.20.30.40", "port 2222", f"localforward {port} [127.0.0.1]:{port}"}
+        assert expected <= set(resolved), resolved
+    standard = {"SSH_CONNECTION": "203.0.113.7 52144 10.20.30.40 22", "USER": "alice"}
+    assert tensorboard_server.ssh_tunnel_command(6006, standard) == "ssh -N -L 6006:127.0.0.1:6006 alice@10.20.30.40"
+    assert tensorboard_server.ssh_tunnel_command(6006, {}) is None  # not in an SSH session
+    assert tensorboard_server.ssh_tunnel_command(6006, {"SSH_CONNECTION": ""}) is None
 
 
 def test_a_missing_logdir_is_a_usage_error(tmp_path: Path) -> None:

@@ -9,14 +9,21 @@ HELP = "check LOGDIR's event files and the TensorBoard serving it, with a fix fo
 DESCRIPTION = (
     "Checks: event files present (else where recent runs are), files complete (not torn or still open), one "
     "writer per run folder, steps never going backwards without a restart marker, ASCII paths, logdir size, "
-    "and a TensorBoard on --port serving LOGDIR. Exit status 0 when every check passes, 1 otherwise."
+    "and a TensorBoard serving LOGDIR: on --port when given, else on 6006 or any local port; without --port, "
+    "no TensorBoard is information, not a failure. Exit status 0 when every check passes, 1 otherwise."
 )
-_MARKS = {"ok": "[ OK ]", "warn": "[WARN]", "fail": "[FAIL]"}
+_MARKS = {"ok": "[ OK ]", "warn": "[WARN]", "fail": "[FAIL]", "info": "[INFO]"}
+DEFAULT_PORT = 6006
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("logdir", metavar="LOGDIR", help="folder holding the run folders, e.g. ./output/tensorboard")
-    parser.add_argument("--port", type=int, default=6006, help="port where TensorBoard should serve (default: 6006)")
+    parser.add_argument(
+        "--port",
+        type=int,
+        help=f"port where TensorBoard must serve LOGDIR (default: look on {DEFAULT_PORT} and the ports of local "
+        "TensorBoards, and only inform when none serves it)",
+    )
     parser.add_argument(
         "--max_gb", type=float, default=1.0, help="event-file size above which loading is slow (default: 1.0)"
     )
@@ -31,20 +38,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     from mindformers_tbplugin.errors import UsageError
     from mindformers_tbplugin.tfevents.run_folders import absolute_path
-    from mindformers_tbplugin.viewer.doctor import OK, run_checks
+    from mindformers_tbplugin.viewer.doctor import INFO, OK, run_checks
 
-    if not 1 <= args.port <= 65535:
+    port_given = args.port is not None
+    port = args.port if port_given else DEFAULT_PORT
+    if not 1 <= port <= 65535:
         raise UsageError(f"--port must be between 1 and 65535, got {args.port}")
     if args.max_gb <= 0 or args.max_points_per_tag < 1:
         raise UsageError("--max_gb and --max_points_per_tag must be positive")
     logdir = absolute_path(args.logdir).resolve()
-    verdicts = run_checks(logdir, args.logdir, args.port, args.max_gb, args.max_points_per_tag)
+    verdicts = run_checks(logdir, args.logdir, port, args.max_gb, args.max_points_per_tag, port_given=port_given)
     for verdict in verdicts:
         print(f"{_MARKS[verdict.status]} {verdict.check}: {verdict.summary}")
         for line in verdict.details:
             print(f"       {line}")
-        if verdict.status != OK and verdict.fix:
+        if verdict.status == INFO and verdict.fix:
+            print(f"       {verdict.fix}")
+        elif verdict.status != OK and verdict.fix:
             print(f"       fix: {verdict.fix}")
-    failed = sum(v.status != OK for v in verdicts)
-    print(f"{len(verdicts) - failed} of {len(verdicts)} checks passed.")
+    checks = [v for v in verdicts if v.status != INFO]
+    failed = sum(v.status != OK for v in checks)
+    print(f"{len(checks) - failed} of {len(checks)} checks passed.")
     return 0 if failed == 0 else 1

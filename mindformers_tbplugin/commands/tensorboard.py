@@ -13,7 +13,8 @@ HELP = "start TensorBoard on LOGDIR (127.0.0.1, a free port, every run file relo
 DESCRIPTION = (
     "Start the installed TensorBoard on LOGDIR made absolute, bound to 127.0.0.1 unless --bind_all, with "
     "--reload_multifile=true so runs with several event files update live. If --port is taken, the next "
-    "free port is used. Prints the URL once the server answers; Ctrl-C or SIGTERM stops it."
+    "free port is used. Prints the URL once the server answers, and in an SSH session the ssh -L command that "
+    "opens it from the computer you connect from; Ctrl-C or SIGTERM stops it."
 )
 DEFAULT_PORT = 6006
 
@@ -84,6 +85,9 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
                 print(f"mftb tensorboard: error: TensorBoard exited with status {code}.", file=sys.stderr)
             return 1
         print(f"TensorBoard is ready: {url}  (Ctrl-C stops it)", flush=True)
+        tunnel = None if args.bind_all else tensorboard_server.ssh_tunnel_command(port)
+        if tunnel:  # in an SSH session: the loopback URL opens on the user's computer through a tunnel
+            print(f"From the computer you SSH from, run this, then open the URL there: {tunnel}", flush=True)
         code = process.wait()
         return _stopped(process) if stopping else code
     finally:

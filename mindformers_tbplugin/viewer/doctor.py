@@ -17,6 +17,7 @@ from mindformers_tbplugin.tfevents.records import CORRUPT, TORN
 from mindformers_tbplugin.viewer import tensorboard_server
 
 OK, WARN, FAIL = "ok", "warn", "fail"
+INFO = "info"  # worth knowing, not a problem of the logs: not counted as a check
 OPEN_SECS = 10.0  # a file modified this recently is still being written (TensorBoardMonitor flushes every 5 s)
 MAX_LISTED = 5
 SEARCH_DEPTH = 5
@@ -320,9 +321,17 @@ def _same_or_parent(served: str, logdir: Path) -> bool:
     return logdir == served_path or served_path in logdir.parents
 
 
-def check_server(logdir: Path, port: int, runs: list[RunScan]) -> Verdict:
-    name = f"TensorBoard on port {port}"
+def check_server(logdir: Path, port: int, runs: list[RunScan], port_given: bool = True) -> Verdict:
+    """The TensorBoard on ``port``. Without ``port_given``, ``port`` is only the default: a TensorBoard
+    serving ``logdir`` on another port (``mftb tensorboard`` moves on when the port is taken) is checked
+    instead, and none at all is information, since the event files do not need one."""
     facts = tensorboard_server.probe(port)
+    if not port_given and not (facts and facts.logdir and _same_or_parent(facts.logdir, logdir)):
+        elsewhere = _serving_elsewhere(logdir, port)
+        if elsewhere is None:
+            return _not_running(logdir, port, facts)
+        port, facts = elsewhere.port, elsewhere
+    name = f"TensorBoard on port {port}"
     if facts is None:
         others = _servers_for(logdir)
         details = [f"TensorBoard serving it: http://{tensorboard_server.LOOPBACK}:{p}/" for p in others]
@@ -354,6 +363,31 @@ def check_server(logdir: Path, port: int, runs: list[RunScan]) -> Verdict:
             "(which passes --reload_multifile=true)",
         )
     return Verdict(name, OK, f"serves {facts.logdir} with {len(facts.runs)} runs (TensorBoard {facts.version})")
+
+
+def _serving_elsewhere(logdir: Path, port: int) -> tensorboard_server.ServerFacts | None:
+    """A local TensorBoard that answers on a port other than ``port`` and serves ``logdir``."""
+    for other in _servers_for(logdir):
+        facts = tensorboard_server.probe(other) if other != port else None
+        if facts and facts.logdir and _same_or_parent(facts.logdir, logdir):
+            return facts
+    return None
+
+
+def _not_running(logdir: Path, port: int, facts: tensorboard_server.ServerFacts | None) -> Verdict:
+    if facts is not None:
+        there = f"port {port} serves {facts.logdir or 'another logdir'}"
+    elif not tensorboard_server.port_is_free(port):
+        there = f"something else listens on 127.0.0.1:{port}"
+    else:
+        there = f"nothing listens on {port}"
+    return Verdict(
+        "TensorBoard",
+        INFO,
+        f"none serves {logdir} ({there}); the checks above do not need one",
+        [],
+        f"to view the runs: mftb tensorboard {logdir}",
+    )
 
 
 def _flag_problems(flags: dict, runs: list[RunScan]) -> tuple[str, str, str] | None:
@@ -390,6 +424,7 @@ def run_checks(
     max_gb: float = 1.0,
     max_points: int = 100_000,
     max_runs: int = 300,
+    port_given: bool = True,
 ) -> list[Verdict]:
     runs = scan_logdir(logdir) if logdir.is_dir() else []
     verdicts = [check_event_files(logdir, given, runs)]
@@ -401,5 +436,5 @@ def run_checks(
             check_ascii_paths(logdir, runs),
             check_size(logdir, runs, max_gb, max_points, max_runs),
         ]
-    verdicts.append(check_server(logdir, port, runs))
+    verdicts.append(check_server(logdir, port, runs, port_given))
     return verdicts

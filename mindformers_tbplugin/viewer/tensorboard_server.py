@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -11,6 +13,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +43,29 @@ def tensorboard_argv(logdir: Path, port: int, bind_all: bool = False, all_points
         # no way out: the scalars plugin then downsamples every series to zero points (TensorBoard 2.21).
         argv += ["--samples_per_plugin", f"scalars={KEEP_ALL_POINTS}"]
     return argv
+
+
+def ssh_tunnel_command(port: int, environ: Mapping[str, str] | None = None) -> str | None:
+    """The ``ssh -L`` command that makes ``http://127.0.0.1:port/`` of this machine open on the computer this
+    SSH session comes from; None outside an SSH session (no ``SSH_CONNECTION``)."""
+    environ = os.environ if environ is None else environ
+    fields = environ.get("SSH_CONNECTION", "").split()
+    if len(fields) != 4:  # "client_ip client_port server_ip server_port"
+        return None
+    server_ip, server_port = fields[2], fields[3]
+    # The server address of this session, not socket.gethostname(): it is the address the user's ssh client
+    # reached, so it works from there, while a cluster node's hostname often resolves only inside the cluster.
+    user = environ.get("LOGNAME") or environ.get("USER") or _login_name()
+    destination = f"{user}@{server_ip}" if user else server_ip
+    ssh_port = "" if server_port == "22" else f" -p {server_port}"
+    return f"ssh -N -L {port}:{LOOPBACK}:{port}{ssh_port} {destination}"
+
+
+def _login_name() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no login name in the environment and no passwd entry
+        return ""
 
 
 def port_is_free(port: int, host: str = LOOPBACK) -> bool:
