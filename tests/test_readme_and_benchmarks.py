@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, subprocess_env
+from conftest import REPO, read_scalars, subprocess_env, train, write_tiny_config
+from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
 
 from mindformers_tbplugin.callbacks import HistogramMonitor, TensorBoardMonitor
 from mindformers_tbplugin.config.schema import params_of
@@ -72,3 +73,28 @@ def test_benchmark_harness_writes_a_table(tmp_path: Path) -> None:
         r"\| 1 \| 1 \| 400 \| [0-9.]+ \| [0-9.]+ \| [+-][0-9.]+% \| [+-][0-9.]+% to [+-][0-9.]+% \| \d+ \|", text
     )
     assert re.search(r"- 1 rank\(s\): on vs off [+-][0-9.]+% \+ writer threads [0-9.]+% = [+-][0-9.]+%", text)
+
+
+def _block(readme: str, language: str, first_line: str) -> str:
+    """The README code block in ``language`` whose first line is ``first_line``."""
+    match = re.search(rf"```{language}\n({re.escape(first_line)}\n.*?)```", readme, flags=re.S)
+    assert match, f"no {language} block starting with {first_line!r} in README.md"
+    return match.group(1)
+
+
+def test_the_readme_callback_example_runs_as_written(tmp_path: Path, tiny_data: Path) -> None:
+    readme = (REPO / "README.md").read_text()
+    folder = tmp_path / "team_callbacks"
+    folder.mkdir()
+    (folder / "epoch_notes.py").write_text(_block(readme, "python", "# team_callbacks/epoch_notes.py"))
+    callbacks = yaml.safe_load(_block(readme, "yaml", "callbacks:\n  - type: TensorBoardMonitor\n  - type: EpochNotes"))
+    callbacks = callbacks["callbacks"]
+    callbacks[0]["log_dir"] = str(tmp_path / "tb")
+    config = write_tiny_config(tmp_path, tiny_data, callbacks, num_samples=8)
+    run = train(config, tmp_path, env=subprocess_env(REGISTER_PATH=str(folder)))
+    assert run.returncode == 0, run.output[-4000:]
+    assert read_scalars(run.run_dir)["custom/epoch"] == [(step, 1.0) for step in range(1, 5)]
+    accumulator = EventAccumulator(str(run.run_dir), size_guidance={TENSORS: 0})
+    accumulator.Reload()
+    (note,) = accumulator.Tensors("notes/run")
+    assert note.tensor_proto.string_val[0].decode() == "tokenizer v2, dedup pass 3"
