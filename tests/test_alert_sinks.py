@@ -121,6 +121,18 @@ def test_missing_command_is_reported_once_by_program_name(plugin_log: list[str])
     assert "SECRET123" not in plugin_log[0]
 
 
+def test_a_command_sink_whose_program_is_missing_is_a_config_error(tmp_path: Path) -> None:
+    script = tmp_path / "page.sh"
+    script.write_text("#!/bin/sh\n")
+    _, problems = build_sinks([{"command": ["no-such-pager-xyz"]}, {"command": [str(script)]}])
+    assert [p.render() for p in problems] == [
+        "sinks[0].command: program 'no-such-pager-xyz' not found on PATH or not executable",
+        f"sinks[1].command: program '{script}' not found or not executable",  # exists, not executable
+    ]
+    script.chmod(0o755)
+    assert build_sinks([{"command": [str(script)]}])[1] == []
+
+
 def test_jsonl_appends_one_object_per_alert(tmp_path: Path) -> None:
     path = tmp_path / "deep" / "alerts.jsonl"
     sink = JsonlSink(str(path))

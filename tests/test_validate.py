@@ -61,6 +61,18 @@ CASES: dict[str, tuple[int, list[str]]] = {
             "callbacks[0].run_name_pattern (line 6): expected non-empty string, got '' (string)",
         ],
     ),
+    "extra_metrics_not_importable.yaml": (
+        1,
+        [
+            "callbacks[0].extra_metrics[0] (line 4): cannot import module 'my_team.metrics' (ModuleNotFoundError: "
+            "No module named 'my_team'); the module must be importable in every rank's process (PYTHONPATH, or an "
+            "installed package)"
+        ],
+    ),
+    "alert_command_missing.yaml": (
+        1,
+        ["callbacks[1].sinks[1].command (line 7): program '/opt/oncall/page.sh' not found or not executable"],
+    ),
     "out_of_range.yaml": (1, ["callbacks[0].flush_secs (line 4): expected number between 0.1 and 3600, got 0"]),
     "aggregate_not_multiple.yaml": (
         1,

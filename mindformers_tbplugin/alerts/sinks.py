@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import json
 import os
+import shutil
 import subprocess
 import threading
 import urllib.error
@@ -243,6 +244,9 @@ def _build_keyed(kind: Any, value: Any) -> tuple[Sink | None, str]:
         return None, f"expected a file path, got {value!r}"
     if kind == "command":
         if isinstance(value, list) and value and all(isinstance(arg, (str, int, float)) for arg in value):
+            program = str(value[0])
+            if shutil.which(program) is None:
+                return None, f"program {program!r} not found{_looked_up(program)} or not executable"
             return CommandSink([str(arg) for arg in value]), ""
         return None, "expected a non-empty list of arguments, e.g. [./page.sh, '{rule}', '{message}'] (no shell)"
     if kind == "webhook":
@@ -251,6 +255,13 @@ def _build_keyed(kind: Any, value: Any) -> tuple[Sink | None, str]:
         return None, f"expected an http:// or https:// URL, got {_shown(value)}"
     allowed = ", ".join(SINK_NAMES)
     return None, f"unknown sink {kind!r} (allowed: {allowed})"
+
+
+def _looked_up(program: str) -> str:
+    """Where a command's program was looked for, as a message says it."""
+    if os.sep not in program:
+        return " on PATH"
+    return "" if os.path.isabs(program) else " in the working directory"
 
 
 def _shown(value: Any) -> str:

@@ -117,14 +117,9 @@ class TensorBoardMonitor(MonitorCallback):
     ) -> None:
         super().__init__()
         arguments = dict(locals())
-        problems = check_entry(type(self), arguments)  # the same checks as `mftb validate`
-        self.extra_metrics = []
-        references = extra_metrics if isinstance(extra_metrics, list) and not problems else []
-        for index, reference in enumerate(references):
-            try:
-                self.extra_metrics.append(custom_metrics.resolve_extra_metric(reference))
-            except ValueError as exc:
-                problems.append(Problem(f"extra_metrics[{index}]", str(exc)))
+        problems = check_entry(type(self), arguments)  # the same checks as `mftb validate`, imports included
+        references = extra_metrics if not problems else None
+        self.extra_metrics = [custom_metrics.resolve_extra_metric(reference) for reference in references or ()]
         self.log_root = run_folders.log_root(log_dir) if isinstance(log_dir, (str, type(None))) else None
         if self.log_root is not None and not problems:
             reason = run_folders.unwritable_reason(self.log_root)
@@ -204,6 +199,12 @@ class TensorBoardMonitor(MonitorCallback):
                     f"expected a multiple of log_every ({log_every}) or 0, got {aggregate_every}",
                 )
             )
+        for index, reference in enumerate(arguments.get("extra_metrics") or ()):
+            try:
+                custom_metrics.resolve_extra_metric(reference)
+            except ValueError as exc:
+                where = "in every rank's process (PYTHONPATH, or an installed package)"
+                problems.append(Problem(f"extra_metrics[{index}]", f"{exc}; the module must be importable {where}"))
         return problems
 
     # -- training events (either trainer) ---------------------------------------------------------
