@@ -3,7 +3,8 @@
 A meta-path finder watches for the top-level ``mindformers`` import, lets the real loader run, then
 imports :mod:`mindformers_tbplugin.framework.registration`. Processes that never import mindformers pay only
 for this module (standard library, no I/O). Nothing here may break the user's import: a failure to
-register is reported as a warning.
+register is reported as a warning. A failing ``import mindformers`` reaches its importer unchanged, and
+is remembered so that our later uses of mindformers report it instead of importing again.
 """
 
 from __future__ import annotations
@@ -24,6 +25,17 @@ def _register_now() -> None:
         warnings.warn(f"mindformers_tbplugin: could not register callbacks: {exc!r}", stacklevel=2)
 
 
+def _remember_failure(exc: Exception) -> None:
+    """Keep what ``import mindformers`` raised, for our later uses of mindformers to report it instead
+    of importing again over the submodules the failed import left behind."""
+    try:
+        from mindformers_tbplugin.framework.mindformers_api import remember_import_failure
+
+        remember_import_failure(exc)
+    except Exception:  # the user's import error must reach them unchanged, whatever happens here
+        pass
+
+
 class _RegisterAfterExec:
     """Loader proxy: runs the real loader, restores it on the module, then registers."""
 
@@ -37,7 +49,11 @@ class _RegisterAfterExec:
         module.__loader__ = self._loader
         if getattr(module, "__spec__", None) is not None:
             module.__spec__.loader = self._loader
-        self._loader.exec_module(module)
+        try:
+            self._loader.exec_module(module)  # mindformers itself: an error below is not mindformers_tbplugin's
+        except Exception as exc:
+            _remember_failure(exc)
+            raise  # unchanged, to whoever imported mindformers
         _register_now()
 
 

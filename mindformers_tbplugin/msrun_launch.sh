@@ -67,7 +67,7 @@ export MFTB_LOG_DIR="$output_dir/tensorboard"
 tb_listing="$(mktemp)"
 trap 'rm -f "$tb_listing"' EXIT
 "$env_bin/mftb" validate --log-dirs "$tb_listing" "$config" ||
-  { echo "msrun_launch: config is invalid; no rank was started" >&2; exit 2; }
+  { echo "msrun_launch: stopped by mftb validate (above); no rank was started" >&2; exit 2; }
 mapfile -t tb_dirs < "$tb_listing"
 tb_runs="TensorBoard runs in ${tb_dirs[*]:-(no TensorBoardMonitor in the config)}"
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import MFTB, REPO, subprocess_env
+from conftest import MFTB, REPO, subprocess_env, write_tiny_config
 
 from mindformers_tbplugin.framework import versions
 
@@ -133,3 +133,92 @@ print("built")
     assert result.stdout.strip() == "built", result.stderr
     warning = "mindformers 0.9.1 is not a supported release (supported: mindformers 1.7, 1.8, 1.9, 2.0; tested"
     assert result.stderr.count(warning) == 1, result.stderr
+
+
+@pytest.fixture
+def broken_dependency(tmp_path: Path) -> Path:
+    """A folder to put first on PYTHONPATH: a broken install of sentencepiece (its compiled part is
+    missing), which MindFormers' tokenizers import while ``import mindformers`` runs."""
+    site = tmp_path / "site"
+    (site / "sentencepiece").mkdir(parents=True)
+    (site / "sentencepiece" / "__init__.py").write_text("import _sentencepiece_ext  # the compiled part\n")
+    return site
+
+
+@pytest.mark.slow
+def test_a_mindformers_that_fails_to_import_is_named_once_by_train_validate_and_the_launcher(
+    tmp_path: Path, broken_dependency: Path
+) -> None:
+    """The original error, once, without a traceback, exit status 2; not the NameError that a second
+    import of the half-imported package raises."""
+    data = tmp_path / "data.mindrecord"  # never read: nothing gets that far
+    monitor = {"type": "TensorBoardMonitor", "log_dir": str(tmp_path / "tb")}
+    config = write_tiny_config(tmp_path, data, [{"type": "MFLossMonitor"}, monitor])
+    # Only our entries: mftb validate has no reason to import mindformers, mftb train's registration has.
+    ours_only = write_tiny_config(tmp_path, data, [monitor], name="ours_only.yaml")
+    error = (
+        "cannot import mindformers: ModuleNotFoundError: No module named '_sentencepiece_ext' "
+        f"(raised in {broken_dependency / 'sentencepiece' / '__init__.py'}:1, imported by "
+    )
+    advice = "Install the missing module '_sentencepiece_ext' into this Python environment"
+    output = tmp_path / "launch"
+    launcher = [str(REPO / "scripts" / "msrun_launch.sh"), "--config", str(config), "--worker_num", "1"]
+    runs = (  # (argv, who prints the error)
+        ([MFTB, "train", "--config", str(config)], "mftb train"),
+        ([MFTB, "train", "--config", str(ours_only)], "mftb train"),
+        ([MFTB, "validate", str(config)], "mftb validate"),
+        (["bash", *launcher, "--output_dir", str(output)], "mftb validate"),
+    )
+    for argv, who in runs:
+        result = subprocess.run(
+            argv,
+            cwd=tmp_path,
+            env=subprocess_env(PYTHONPATH=str(broken_dependency)),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        said = result.stdout + result.stderr
+        assert result.returncode == 2, f"{argv}: {said}"
+        assert said.count(error) == 1 and said.count(advice) == 1, f"{argv}: {said}"
+        assert f"{who}: error: {error}" in result.stderr, f"{argv}: {said}"
+        assert "Traceback" not in said and "NameError" not in said, f"{argv}: {said}"
+    assert "no rank was started" in result.stderr and not (output / "msrun_log").exists()
+
+
+@pytest.mark.slow
+def test_a_failed_import_mindformers_reaches_the_importer_unchanged_and_is_not_retried(
+    tmp_path: Path, broken_dependency: Path
+) -> None:
+    """The import hook that registers our classes (installed by the .pth file) lets the user's own
+    ``import mindformers`` fail as it would without us; what we look up in mindformers afterwards
+    reports that same error instead of importing the half-imported package again."""
+    code = """
+import traceback
+try:
+    import mindformers
+except ImportError:
+    print("import mindformers:", traceback.format_exc().splitlines()[-1])
+from mindformers_tbplugin.framework.mindformers_api import resolve
+try:
+    resolve("Trainer")
+except Exception as exc:
+    print(f"then: {type(exc).__name__}: {exc}")
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=subprocess_env(PYTHONPATH=str(broken_dependency)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    said = result.stdout + result.stderr
+    (imported,) = [line for line in result.stdout.splitlines() if line.startswith("import mindformers:")]
+    assert imported == "import mindformers: ModuleNotFoundError: No module named '_sentencepiece_ext'", said
+    (then,) = [line for line in result.stdout.splitlines() if line.startswith("then:")]
+    assert then.startswith(
+        "then: FrameworkImportError: cannot import mindformers: ModuleNotFoundError: No module named "
+        f"'_sentencepiece_ext' (raised in {broken_dependency / 'sentencepiece' / '__init__.py'}:1"
+    ), said
+    assert "could not register" not in said

@@ -19,6 +19,7 @@ import yaml
 from mindformers_tbplugin.config import replacements, yaml_lines
 from mindformers_tbplugin.config.report import Finding, Report, quiet_output
 from mindformers_tbplugin.config.schema import check_entry, did_you_mean, params_of
+from mindformers_tbplugin.errors import FrameworkImportError
 from mindformers_tbplugin.tfevents import run_folders
 
 CALLBACK_LISTS = ("callbacks", "eval_callbacks")
@@ -220,7 +221,9 @@ class _Checker:
     def check_foreign(self, foreign: list[tuple[str, dict]]) -> None:
         try:
             registry = registered_callbacks()
-        except Exception as exc:  # mindformers missing or broken: the rest of the report still stands
+        except FrameworkImportError:  # installed but broken: the environment cannot train, say so and stop
+            raise
+        except Exception as exc:  # mindformers missing: the rest of the report still stands
             for where, entry in foreign:
                 self.warn(f"{where}.type", f"cannot check '{entry['type']}': importing mindformers failed ({exc!r})")
             return

@@ -9,6 +9,8 @@ seconds-long framework imports.
 from __future__ import annotations
 
 import importlib
+import sys
+from types import ModuleType
 from typing import Any
 
 # name: ((module, releases that define it there), ...)
@@ -33,6 +35,43 @@ LOCATIONS: dict[str, tuple[tuple[str, str], ...]] = {
 # Where the attribute's own name differs from ours.
 _ATTRIBUTES = {"mindformers_logger": "logger", "finite_check_overflow": "_ascend_grad_overflow"}
 _resolved: dict[str, Any] = {}
+_import_failure: Exception | None = None
+
+
+def import_mindformers() -> ModuleType:
+    """The ``mindformers`` package, imported at most once.
+
+    When its import fails (a missing dependency, a broken install), the submodules it finished stay
+    in ``sys.modules``: names imported from them later seem to work and a second import of the package
+    fails further on with a ``NameError`` or ``AttributeError`` of a half-initialised module. So a
+    failure, ours or one the import hook saw in the user's own ``import mindformers``, is never retried:
+    it raises FrameworkImportError with the original error every time. A mindformers that is not
+    installed raises the plain ModuleNotFoundError.
+    """
+    module = sys.modules.get("mindformers")
+    if module is not None:
+        return module
+    from mindformers_tbplugin.errors import FrameworkImportError
+    from mindformers_tbplugin.framework import versions
+
+    if _import_failure is None:
+        try:
+            return importlib.import_module("mindformers")
+        except ModuleNotFoundError as exc:
+            if exc.name == "mindformers":
+                raise
+            remember_import_failure(exc)
+        except Exception as exc:
+            remember_import_failure(exc)
+    failure = _import_failure
+    raise FrameworkImportError(versions.import_failure_message("mindformers", failure)) from failure
+
+
+def remember_import_failure(exc: Exception) -> None:
+    """What ``import mindformers`` raised in this process (here, or where the import hook saw it)."""
+    global _import_failure
+    if _import_failure is None:
+        _import_failure = exc
 
 
 def resolve(name: str) -> Any:
@@ -43,6 +82,8 @@ def resolve(name: str) -> Any:
     tried = []
     for module_name, releases in LOCATIONS[name]:
         try:
+            if module_name.partition(".")[0] == "mindformers":
+                import_mindformers()  # the package whole, or its own error: never a half-imported submodule
             module = importlib.import_module(module_name)
         except ImportError as exc:
             tried.append(f"{module_name} ({releases}): {exc}")

@@ -78,6 +78,7 @@ def _distribution_version(name: str) -> str | None:
 
 
 _SUPPORTED = {"mindspore": SUPPORTED_MINDSPORE, "mindformers": SUPPORTED_MINDFORMERS}
+_DISPLAY_NAMES = {"mindspore": "MindSpore", "mindformers": "MindFormers"}
 
 
 def check(required: tuple[str, ...]) -> tuple[list[str], list[str]]:
@@ -120,6 +121,37 @@ def missing_message(package: str) -> str:
         "(or put it on PYTHONPATH), or on a fresh machine",
     }[package]
     return f"{package} is not importable in this Python environment: {where} {FRAMEWORK_EXTRA}"
+
+
+def import_failure_message(package: str, exc: BaseException) -> str:
+    """``cannot import mindformers: ModuleNotFoundError: No module named 'x' (raised in FILE:LINE)`` and what
+    to do: for an installed ``package`` whose import raised ``exc``."""
+    import traceback
+
+    found = find(package)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<frozen")]
+    where = []
+    if isinstance(exc, SyntaxError) and exc.filename:  # the broken file is not a frame of the traceback
+        where.append(f"raised in {exc.filename}:{exc.lineno}")
+    elif frames:
+        where.append(f"raised in {frames[-1].filename}:{frames[-1].lineno}")
+        inside = [f for f in frames if found.location and f.filename.startswith(found.location + "/")]
+        if inside and inside[-1] is not frames[-1]:
+            where.append(f"imported by {inside[-1].filename}:{inside[-1].lineno}")
+    text = f"cannot import {package}: {type(exc).__name__}: {exc}" + (f" ({', '.join(where)})" if where else "")
+    name = _DISPLAY_NAMES[package]
+    if found.location and _distribution_version(package):
+        reinstall = f"pip install --force-reinstall --no-deps {package}=={found.version}"
+    else:
+        reinstall = f"restore the checkout at {found.location}"
+    missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+    if missing and missing.partition(".")[0] != package:
+        return (
+            f"{text}. Install the missing module '{missing.partition('.')[0]}' into this Python environment "
+            f"({sys.executable}), or reinstall the package that should provide it; if the files of {name} itself are "
+            f"damaged: {reinstall}"
+        )
+    return f"{text}. {name} or a package it imports is broken there: reinstall that package (for {name}: {reinstall})"
 
 
 def tested_pairs_text() -> str:
