@@ -7,6 +7,7 @@ by tests/test_msrun_jobs.py."""
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from mindformers_tbplugin.pipeline.topology import Topology
 
 LOSS, LR = "train/loss", "train/lr"
 STEP_TIME, RSS = "perf/step_time_ms", "system/host_rss_gb"
+SAMPLES, TOKENS = "perf/samples_per_s", "perf/tokens_per_s"
+JOB_SAMPLES, JOB_TOKENS = "perf/job_samples_per_s", "perf/job_tokens_per_s"
 MISMATCH = "ranks logged different data metrics"
 
 
@@ -97,6 +100,7 @@ def make_job(
     aggregate_every: int = 4,
     topk_ranks: int = 0,
     rank_runs: bool = True,
+    full_batch: bool = False,
     **options: object,
 ) -> list[Rank]:
     """One router per rank, wired as TensorBoardMonitor wires them: a main-run writer on the writer
@@ -104,7 +108,7 @@ def make_job(
     group = Group(world_size)
     ranks = []
     for rank in range(world_size):
-        topology = Topology(rank, world_size, stages, "semi_auto_parallel", False, communicating=True)
+        topology = Topology(rank, world_size, stages, "semi_auto_parallel", full_batch, communicating=True)
         main = RecordingWriter() if topology.is_writer else None
         rank_run = RecordingWriter() if rank_runs else None
         collectives = FakeCollectives(group, rank)
@@ -272,6 +276,79 @@ def test_rank_policy_all_gives_each_rank_run_all_its_own_values() -> None:
         assert rank.rank_run.series(LOSS) == [(step, step + 0.5 + 2.0 * r) for step in range(1, 5)]
         assert rank.rank_run.tags() == {LOSS, LR, STEP_TIME, RSS}
     assert ranks[0].main.series(LOSS) == [(step, step + 1.5) for step in range(1, 5)]
+
+
+# -- the job's throughput ----------------------------------------------------------------------------
+def throughput_metrics(rates: dict[int, list[float]]) -> Callable[[int, int], StepMetrics]:
+    """Each rank's own perf/samples_per_s (the job's 8 samples per step over its own step time) cycles
+    through ``rates[rank]``; tokens are 16 per sample."""
+
+    def metrics_of(rank: int, step: int) -> StepMetrics:
+        samples = rates[rank][(step - 1) % len(rates[rank])]
+        system = {STEP_TIME: 8000.0 / samples, SAMPLES: samples, TOKENS: 16.0 * samples}
+        return StepMetrics(step, data={LOSS: float(rank)}, system=system)
+
+    return metrics_of
+
+
+def test_job_throughput_is_the_sum_over_data_parallel_replicas_per_interval() -> None:
+    # Rank 0 alternates 8 and 2 samples/s: 2 steps x 8 samples in 1 s + 4 s, so 3.2 samples/s over
+    # the interval. Rank 1 runs at 4. Each rank's replica reads half of the job's 8 samples per step.
+    ranks = make_job(2, aggregate_every=4)
+    published: list[tuple[int, dict[str, float]]] = []
+    listeners.subscribe(lambda step, values: published.append((step, dict(values))))
+    train(ranks, range(1, 9), throughput_metrics({0: [8.0, 2.0], 1: [4.0]}))
+    main = ranks[0].main
+    expected = 3.2 / 2 + 4.0 / 2
+    assert [step for step, _ in main.series(JOB_SAMPLES)] == [4, 8]  # at each aggregation
+    for (_, samples), (_, tokens) in zip(main.series(JOB_SAMPLES), main.series(JOB_TOKENS), strict=True):
+        assert math.isclose(samples, expected, rel_tol=1e-6)
+        assert math.isclose(tokens, 16 * expected, rel_tol=1e-6)
+    # perf/tokens_per_s keeps its meaning: the writing rank's own value, at every logged step.
+    assert main.series(TOKENS) == [(step, 16.0 * (8.0 if step % 2 else 2.0)) for step in range(1, 9)]
+    for rank in ranks:  # rank runs: each rank's own values, no job figure
+        assert rank.rank_run.tags() == {STEP_TIME, SAMPLES, TOKENS}
+    assert [values[JOB_TOKENS] for _, values in published if JOB_TOKENS in values] == [
+        v for _, v in main.series(JOB_TOKENS)
+    ]
+    assert [rank.collectives.calls for rank in ranks] == [2, 2]  # the interval's one all-reduce carries it
+
+
+def test_job_throughput_counts_each_replica_once_under_pipeline_parallelism() -> None:
+    # 4 ranks, 2 pipeline stages: 2 replicas, each of a first-stage rank (0 or 1) and a last-stage rank
+    # (2 or 3). The first stage's own rates must not be added to their replica's.
+    ranks = make_job(4, stages=2, aggregate_every=2)
+    assert [rank.topology.speaks_for_a_replica for rank in ranks] == [False, False, True, True]
+    train(ranks, range(1, 5), throughput_metrics({0: [100.0], 1: [100.0], 2: [4.0], 3: [2.0]}))
+    assert ranks[2].main.series(JOB_SAMPLES) == [(2, 3.0), (4, 3.0)]  # 4/2 + 2/2
+    assert ranks[2].main.series(JOB_TOKENS) == [(2, 48.0), (4, 48.0)]
+
+
+def test_job_throughput_when_every_rank_reads_the_full_batch_is_the_writing_ranks() -> None:
+    # full_batch: every rank reads the job's whole batch, so the job is one replica, the writing rank's.
+    ranks = make_job(2, aggregate_every=2, full_batch=True)
+    assert [rank.topology.data_parallel_factor for rank in ranks] == [1, 1]
+    assert [rank.topology.speaks_for_a_replica for rank in ranks] == [True, False]
+    train(ranks, range(1, 3), throughput_metrics({0: [4.0], 1: [2.0]}))
+    assert ranks[0].main.series(JOB_SAMPLES) == [(2, 4.0)]
+
+
+def test_without_aggregation_no_job_throughput_is_written() -> None:
+    ranks = make_job(2, aggregate_every=0)
+    train(ranks, range(1, 5), throughput_metrics({0: [4.0], 1: [2.0]}))
+    assert ranks[0].main.series(TOKENS) == [(step, 64.0) for step in range(1, 5)]  # the writing rank's own
+    assert not {JOB_SAMPLES, JOB_TOKENS} & ranks[0].main.tags()
+
+
+def test_a_single_process_writes_no_job_throughput() -> None:
+    main = RecordingWriter()
+    options = RouterOptions(10, "writer", 0, False, False, 8.0, 16)
+    router = MetricRouter(Topology(0, 1, 1, "stand_alone", False, False), options, main, None, None)  # type: ignore[arg-type]
+    for step in range(1, 21):
+        router.log_step(throughput_metrics({0: [4.0]})(0, step))
+    router.finish(clean=True)
+    assert main.series(TOKENS) == [(step, 64.0) for step in range(1, 21)]  # it is the job's
+    assert main.tags() == {LOSS, STEP_TIME, SAMPLES, TOKENS}
 
 
 # -- one collective per interval ----------------------------------------------------------------------

@@ -187,6 +187,24 @@ def test_rank_runs_hold_each_ranks_system_metrics(dp2_job: Job) -> None:
         assert [s for s, _ in scalars["perf/step_time_ms"]] == list(range(1, 13))
 
 
+def test_job_throughput_is_the_sum_of_the_data_parallel_ranks(dp2_job: Job) -> None:
+    main = read_scalars(dp2_job.run_dir)
+    own = [dict(read_scalars(dp2_job.run_dir / f"rank_{rank}")["perf/tokens_per_s"]) for rank in (0, 1)]
+    # perf/tokens_per_s keeps its meaning: the writing rank's own value at every step, the job's 4
+    # samples per step over its own step time.
+    assert main["perf/tokens_per_s"] == sorted(own[0].items())
+    # Per interval (steps 1-4, 5-8, 9-12) each rank's replica reads 2 of the 4 samples: its share of
+    # the job's tokens over its time is half its own rate over the interval (tokens over time).
+    for tag in ("perf/job_tokens_per_s", "perf/job_samples_per_s"):
+        assert [s for s, _ in main[tag]] == [4, 8, 12], tag
+    for step, job in main["perf/job_tokens_per_s"]:
+        interval = range(step - 3, step + 1)
+        replicas = [len(interval) / sum(1 / rates[s] for s in interval) / 2 for rates in own]
+        assert abs(job - sum(replicas)) <= 1e-5 * job, (step, job, replicas)
+    for (step, tokens), (_, samples) in zip(main["perf/job_tokens_per_s"], main["perf/job_samples_per_s"], strict=True):
+        assert abs(tokens - 32 * samples) <= 1e-5 * tokens, step  # seq_length 32
+
+
 def test_cross_rank_max_step_time_names_the_slowed_rank(dp2_job: Job) -> None:
     main = read_scalars(dp2_job.run_dir)
     # Aggregations at steps 4, 8, 12; the first interval is dominated by graph compilation.

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from mindformers_tbplugin.pipeline.aggregation import MAX_DATA_TAGS, DataAggregator, SystemSummary
+from mindformers_tbplugin.pipeline.aggregation import MAX_DATA_TAGS, DataAggregator, JobThroughput, SystemSummary
 from mindformers_tbplugin.pipeline.topology import Topology
 
 
@@ -101,9 +101,42 @@ def test_system_slots_summed_over_ranks_are_every_ranks_row() -> None:
     assert SystemSummary.summarize(rows, topk=0)["ranks/step_time_ms_argmax"] == 2.0
 
 
+def _job_reduce(throughputs: list[JobThroughput]) -> dict[str, float]:
+    total = np.sum([throughput.pack() for throughput in throughputs], axis=0, dtype=np.float32)
+    return throughputs[0].unpack(total)
+
+
+def test_job_throughput_sums_each_replicas_rate_over_the_interval() -> None:
+    # 4 ranks, 2 pipeline stages: ranks 2 and 3 speak for the 2 replicas, ranks 0 and 1 send zeros.
+    topologies = [_topology(rank, 4, stages=2) for rank in range(4)]
+    throughputs = [JobThroughput(t.data_parallel_factor, t.speaks_for_a_replica) for t in topologies]
+    own_rates = {0: [50.0, 50.0], 1: [50.0, 50.0], 2: [8.0, 2.0], 3: [4.0, 4.0]}  # the job's samples / own time
+    for rank, throughput in enumerate(throughputs):
+        for rate in own_rates[rank]:
+            throughput.add({"perf/samples_per_s": rate, "perf/tokens_per_s": 100.0 * rate, "perf/step_time_ms": 1.0})
+    values = _job_reduce(throughputs)
+    # Rank 2 over the interval: 2 steps in 1/8 + 1/2 of a step's samples' time, 3.2; its replica reads half.
+    assert set(values) == {"perf/job_samples_per_s", "perf/job_tokens_per_s"}
+    assert math.isclose(values["perf/job_samples_per_s"], 3.2 / 2 + 4.0 / 2, rel_tol=1e-6)
+    assert math.isclose(values["perf/job_tokens_per_s"], 100 * (3.2 / 2 + 4.0 / 2), rel_tol=1e-6)
+    assert not _job_reduce(throughputs)  # packing cleared the interval
+
+
+def test_job_throughput_needs_every_replica() -> None:
+    throughputs = [JobThroughput(2, True), JobThroughput(2, True)]
+    throughputs[0].add({"perf/samples_per_s": 4.0, "perf/tokens_per_s": 64.0})
+    throughputs[1].add({"perf/samples_per_s": 2.0})  # no tokens/s from this replica: no job tokens/s
+    throughputs[1].add({"perf/samples_per_s": float("nan")})  # not a rate: left out
+    assert _job_reduce(throughputs) == {"perf/job_samples_per_s": 4.0 / 2 + 2.0 / 2}
+
+
 def test_writer_rank_rule() -> None:
     assert _topology(0, 1).writer_rank == 0
     assert _topology(3, 8).writer_rank == 0
     assert _topology(0, 8, stages=4).writer_rank == 6
     assert _topology(0, 8).data_parallel_factor == 8
     assert _topology(0, 8, stages=2).data_parallel_factor == 4
+    assert [_topology(rank, 8, stages=2).speaks_for_a_replica for rank in range(8)] == [False] * 4 + [True] * 4
+    full_batch = [Topology(rank, 4, 1, "semi_auto_parallel", True, True) for rank in range(4)]
+    assert [t.speaks_for_a_replica for t in full_batch] == [True, False, False, False]
+    assert _topology(0, 1).speaks_for_a_replica

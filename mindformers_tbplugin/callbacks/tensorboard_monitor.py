@@ -55,9 +55,9 @@ class TensorBoardMonitor(MonitorCallback):
         max_queue: Most items held for the writer thread; beyond it the oldest are dropped (a warning
             says so), so a stalled disk cannot grow memory without bound.
         aggregate_every: Combine metrics across ranks every this many steps with one collective
-            (data metrics averaged over data-parallel ranks, cross-rank system statistics); must be a
-            multiple of log_every. 0 never communicates: the writing rank's own values are written,
-            under ``local/`` tags.
+            (data metrics averaged over data-parallel ranks, cross-rank system statistics, the job's
+            throughput); must be a multiple of log_every. 0 never communicates: the writing rank's own
+            values are written, under ``local/`` tags, and no job throughput.
         rank_policy: ``writer``: one rank writes the main run (the first rank of the last pipeline
             stage); ``all``: additionally every rank writes all its own values to ``rank_<id>/``
             (debugging).

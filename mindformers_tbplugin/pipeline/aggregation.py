@@ -3,7 +3,8 @@
 Per aggregation interval a multi-rank job communicates exactly once, however many metrics there
 are: one all-reduce (sum) of a float32 vector holding every data metric of every logged step of
 the interval, followed by one slot per rank for that rank's few system values (each rank fills only
-its own slot, so the sum gathers them). The vector's size is fixed for the whole run (a collective
+its own slot, so the sum gathers them), and four floats for the job's throughput (one rank per
+data-parallel replica adds its replica's rate). The vector's size is fixed for the whole run (a collective
 with mismatched sizes would hang), and the data part carries a fingerprint of the tag layout so that
 ranks logging different data tags are detected instead of being averaged wrongly.
 """
@@ -181,4 +182,60 @@ class SystemSummary:
             for place, rank in enumerate(order, start=1):
                 values[f"ranks/slowest_{place}_rank"] = float(rank)
                 values[f"ranks/slowest_{place}_step_time_ms"] = float(step_times[rank])
+        return values
+
+
+# ---------------------------------------------------------------------------------------------
+# The job's throughput: the sum over data-parallel replicas
+# ---------------------------------------------------------------------------------------------
+
+JOB_THROUGHPUT_TAGS = (
+    (metrics.PERF_SAMPLES_PER_S, metrics.PERF_JOB_SAMPLES_PER_S),
+    (metrics.PERF_TOKENS_PER_S, metrics.PERF_JOB_TOKENS_PER_S),
+)
+
+
+class JobThroughput:
+    """The job's samples/s and tokens/s over an interval, from the same all-reduce.
+
+    A rank's ``perf/samples_per_s`` is the job's samples per step over its own step time. One rank
+    per data-parallel replica (``Topology.speaks_for_a_replica``) sends its replica's rate: that value
+    over the interval (samples over time: the harmonic mean of the logged rates), divided by the
+    number of replicas. The sum over ranks is the job's rate. Layout (float32), per tag:
+    ``[sum of the replicas' rates, replicas that sent one]``; the other ranks send zeros.
+    """
+
+    size = 2 * len(JOB_THROUGHPUT_TAGS)
+
+    def __init__(self, replicas: int, speaks_for_a_replica: bool) -> None:
+        self.replicas = max(replicas, 1)
+        self.speaks = speaks_for_a_replica
+        self._inverse_sums = [0.0] * len(JOB_THROUGHPUT_TAGS)
+        self._counts = [0] * len(JOB_THROUGHPUT_TAGS)
+
+    def add(self, values: dict[str, float]) -> None:
+        if not self.speaks:
+            return
+        for index, (tag, _) in enumerate(JOB_THROUGHPUT_TAGS):
+            value = values.get(tag)
+            if value is not None and value > 0 and math.isfinite(value):
+                self._inverse_sums[index] += 1.0 / value
+                self._counts[index] += 1
+
+    def pack(self) -> np.ndarray:
+        vector = np.zeros(self.size, dtype=np.float32)
+        for index, (total, count) in enumerate(zip(self._inverse_sums, self._counts, strict=True)):
+            if count:
+                vector[2 * index] = count / total / self.replicas
+                vector[2 * index + 1] = 1.0
+        self._inverse_sums = [0.0] * len(JOB_THROUGHPUT_TAGS)
+        self._counts = [0] * len(JOB_THROUGHPUT_TAGS)
+        return vector
+
+    def unpack(self, reduced: np.ndarray) -> dict[str, float]:
+        """The job's rates, for the tags every replica sent."""
+        values = {}
+        for index, (_, job_tag) in enumerate(JOB_THROUGHPUT_TAGS):
+            if round(float(reduced[2 * index + 1])) == self.replicas:
+                values[job_tag] = float(reduced[2 * index])
         return values

@@ -32,8 +32,12 @@ TRAIN_LOSS_SCALE = "train/loss_scale"
 TRAIN_OVERFLOW = "train/overflow"
 TRAIN_PARAM_NORM = "train/param_norm"
 PERF_STEP_TIME_MS = "perf/step_time_ms"
+# The job's samples (tokens) per step over this rank's own average step time.
 PERF_SAMPLES_PER_S = "perf/samples_per_s"
 PERF_TOKENS_PER_S = "perf/tokens_per_s"
+# Per aggregation interval: the sum over data-parallel replicas of each replica's own rate.
+PERF_JOB_SAMPLES_PER_S = "perf/job_samples_per_s"
+PERF_JOB_TOKENS_PER_S = "perf/job_tokens_per_s"
 SYSTEM_HOST_RSS_GB = "system/host_rss_gb"
 SYSTEM_DEVICE_MEM_ALLOCATED_GB = "system/device_mem_allocated_gb"
 SYSTEM_DEVICE_MEM_PEAK_GB = "system/device_mem_peak_gb"
@@ -126,7 +130,8 @@ def static_learning_rate(optimizer: Any) -> float | None:
 
 
 def throughput(step_time_s: float, samples_per_step: float | None, tokens_per_sample: int | None) -> dict[str, float]:
-    """Step time and throughput tags for an average step of ``step_time_s`` seconds."""
+    """Step time and throughput tags for an average step of ``step_time_s`` seconds;
+    ``samples_per_step`` counts the whole job's samples (all data-parallel replicas)."""
     values = {PERF_STEP_TIME_MS: step_time_s * 1000.0}
     if step_time_s > 0 and samples_per_step:
         values[PERF_SAMPLES_PER_S] = samples_per_step / step_time_s

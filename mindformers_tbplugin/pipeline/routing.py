@@ -8,6 +8,9 @@ cross-rank aggregation first, according to their kind.
 * system metrics (step time, memory): the writing rank's own in the main run, every rank's own in
   ``<run>/rank_<id>/`` when per-rank runs are on, and cross-rank min/max/mean/argmax (plus the
   slowest ranks when per-rank runs are off), carried by the same all-reduce as the data metrics.
+  That all-reduce also sums the data-parallel replicas' throughput into the job's
+  (``perf/job_samples_per_s``, ``perf/job_tokens_per_s``), written by the writing rank at each
+  aggregation; without aggregation (one process, ``aggregate_every: 0``) they are not written.
 """
 
 from __future__ import annotations
@@ -18,7 +21,13 @@ import numpy as np
 
 from mindformers_tbplugin.log import WarnOnce, logger
 from mindformers_tbplugin.pipeline import listeners, metrics
-from mindformers_tbplugin.pipeline.aggregation import MAX_DATA_TAGS, CollectiveOps, DataAggregator, SystemSummary
+from mindformers_tbplugin.pipeline.aggregation import (
+    MAX_DATA_TAGS,
+    CollectiveOps,
+    DataAggregator,
+    JobThroughput,
+    SystemSummary,
+)
 from mindformers_tbplugin.pipeline.metrics import MetricKind, StepMetrics
 from mindformers_tbplugin.pipeline.topology import Topology
 from mindformers_tbplugin.tfevents.writer import RunWriter
@@ -53,6 +62,9 @@ class MetricRouter:
         self.collectives = collectives if topology.communicating and options.aggregate_every else None
         self._data = DataAggregator(options.aggregate_every) if self.collectives else None
         self._system = SystemSummary() if self.collectives else None
+        self._job = (
+            JobThroughput(topology.data_parallel_factor, topology.speaks_for_a_replica) if self.collectives else None
+        )
         self._last_aggregated_step: int | None = None
         self._warn_once = WarnOnce()
         self.aggregations = 0
@@ -73,6 +85,7 @@ class MetricRouter:
         self._write(step_metrics)
         if self._system is not None:
             self._system.add(step_metrics.system)
+            self._job.add(step_metrics.system)
         every = self.options.aggregate_every
         if self.aggregating and step // every > self._last_aggregated_step // every:
             self.aggregate(step)
@@ -120,11 +133,14 @@ class MetricRouter:
         self.aggregations += 1
         data, tags = self._data.pack(self.topology.holds_data_metrics)
         system = self._system.pack_slots(self.topology.rank, self.topology.world_size)
+        job = self._job.pack()
         stop = np.array([1.0 if listeners.take_stop_request() else 0.0], dtype=np.float32)
-        reduced = self.collectives.all_reduce_sum(np.concatenate([data, system, stop]))
+        reduced = self.collectives.all_reduce_sum(np.concatenate([data, system, job, stop]))
         self.stop_agreed = self.stop_agreed or bool(reduced[-1] > 0)
         reduction = self._data.unpack(reduced[: data.size], tags)
-        gathered = reduced[data.size : -1].reshape(self.topology.world_size, -1)
+        job_start = data.size + system.size
+        gathered = reduced[data.size : job_start].reshape(self.topology.world_size, -1)
+        job_rates = self._job.unpack(reduced[job_start:-1])
         if self.main is None:
             return
         if reduction.mismatch:
@@ -145,7 +161,7 @@ class MetricRouter:
             )
         for data_step, values in reduction.local_only:
             self._write_main(data_step, {LOCAL_PREFIX + tag: value for tag, value in values.items()})
-        summary = SystemSummary.summarize(gathered, self.options.topk_ranks)
+        summary = {**SystemSummary.summarize(gathered, self.options.topk_ranks), **job_rates}
         if summary:
             self._write_main(step, summary)
 

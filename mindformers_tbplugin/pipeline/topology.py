@@ -38,6 +38,14 @@ class Topology:
             return 1
         return max(self.world_size // max(self.pipeline_stages, 1), 1)
 
+    @property
+    def speaks_for_a_replica(self) -> bool:
+        """This rank reports one data-parallel replica's throughput for the job's: the
+        ``data_parallel_factor`` ranks from the writing rank on (the last pipeline stage, or the
+        writing rank alone when every rank reads the full batch). The other ranks share the batch of
+        one of them, so counting them too would count a replica twice."""
+        return 0 <= self.rank - self.writer_rank < self.data_parallel_factor
+
     def describe(self) -> str:
         return (
             f"rank {self.rank} of {self.world_size}, {self.pipeline_stages} pipeline stage(s): "
