@@ -195,6 +195,22 @@ def test_per_step_aggregation_and_per_step_histograms_on_a_large_model(tmp_path:
     assert small == ""
 
 
+def test_histograms_that_never_come_due_are_flagged(tmp_path: Path) -> None:
+    text = _warnings(
+        tmp_path,
+        "runner_config: {epochs: 2, batch_size: 2}\n"
+        "train_dataset: {data_loader: {num_samples: 64}}\n"
+        f"callbacks:\n  - type: TensorBoardMonitor\n    log_dir: {tmp_path}/tb\n"
+        "  - type: HistogramMonitor\n    every_steps: 500\n"
+        "  - type: HistogramMonitor\n    every_steps: 0\n    every_epochs: 3\n"
+        "  - type: HistogramMonitor\n    every_steps: 500\n    every_epochs: 1\n",  # the epochs come due
+    )
+    assert text.splitlines() == [
+        "callbacks[1] (line 6): no histogram would be written: every_steps 500, and the training runs about 64 steps",
+        "callbacks[2] (line 8): no histogram would be written: every_epochs 3, and the training runs 2 epoch(s)",
+    ]
+
+
 def test_a_written_log_dir_wins_over_the_launchers_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # scripts/msrun_launch.sh exports MFTB_LOG_DIR: the folder of the entries that set no log_dir.
     monkeypatch.setenv("MFTB_LOG_DIR", str(tmp_path / "shared"))

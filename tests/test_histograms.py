@@ -5,11 +5,13 @@ histograms written by the real writer and read back by TensorBoard's reader."""
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import mindspore  # noqa: F401  (first: its old-style *_pb2 modules fail once tensorboard's protos are loaded)
 import numpy as np
 import pytest
+from conftest import train, write_tiny_config
 
 from mindformers_tbplugin.config.schema import ConfigError
 from mindformers_tbplugin.pipeline import histograms
@@ -86,3 +88,15 @@ def test_written_histograms_read_back_by_tensorboard(tmp_path: Path) -> None:
     events = accumulator.Histograms("params/w")
     assert [e.step for e in events] == [10, 20]
     assert events[1].histogram_value.max == pytest.approx(20.0) and sum(events[1].histogram_value.bucket) == 1001
+
+
+def test_a_training_says_what_histograms_it_writes_and_when_none_will_come(tmp_path: Path, tiny_data: Path) -> None:
+    callbacks = [
+        {"type": "TensorBoardMonitor", "log_dir": str(tmp_path / "tb")},
+        {"type": "HistogramMonitor", "every_steps": 500, "include": ["*attention*"]},
+    ]
+    run = train(write_tiny_config(tmp_path, tiny_data, callbacks, num_samples=16), tmp_path)
+    assert run.returncode == 0, run.output[-4000:]
+    assert re.search(r"HistogramMonitor: \d+ of \d+ trainable parameters, every 500 steps, 30 buckets", run.output)
+    silent = "HistogramMonitor writes nothing in this training: every_steps 500, and training ends at step 8"
+    assert silent in run.output

@@ -523,7 +523,9 @@ def _monitor_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, per_rank_limit
             this_rank.value = rank
             topology = Topology(rank, 2, 1, "data_parallel", False, communicating=True)
             monitor = monitors[rank]
-            start = TrainStart("classic", ModelFacts(), topology, None, None, 1, None, None, None, {}, lambda: None)
+            start = TrainStart(
+                "classic", ModelFacts(), topology, None, None, 1, None, None, None, None, {}, lambda: None
+            )
             monitor.train_started(start)
             for step in range(1, 9):
                 monitor.step_began()

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from mindformers_tbplugin.config.schema import ConfigError, Problem, Range, check_entry
 from mindformers_tbplugin.framework.collectives import device_target
 from mindformers_tbplugin.framework.trainers import MonitorCallback, StepEnd, TrainStart
-from mindformers_tbplugin.log import WarnOnce
+from mindformers_tbplugin.log import WarnOnce, logger
 from mindformers_tbplugin.pipeline import custom_metrics, histograms
 from mindformers_tbplugin.tfevents.registry import get_writer
 
@@ -94,6 +94,28 @@ class HistogramMonitor(MonitorCallback):
                 "empty", f"HistogramMonitor: no parameter matches include={self.include} exclude={self.exclude}"
             )
         self._on_device = device_target() != "CPU"  # a CPU tensor's asnumpy() shares memory: sample in numpy
+        schedule = [f"every {self.every_steps} steps"] * bool(self.every_steps)
+        schedule += [f"every {self.every_epochs} epochs"] * bool(self.every_epochs)
+        logger.info(
+            "HistogramMonitor: %d of %d trainable parameters, %s, %d buckets",
+            len(self._params),
+            len(by_name),
+            " and ".join(schedule),
+            self.bins,
+        )
+        silent = self._silent_schedules(start)
+        if silent and len(silent) == len(schedule):
+            self._warn_once("silent", f"HistogramMonitor writes nothing in this training: {'; '.join(silent)}")
+
+    def _silent_schedules(self, start: TrainStart) -> list[str]:
+        """The schedules that never come due before training ends, each saying why."""
+        silent = []
+        end = start.final_step
+        if self.every_steps and end is not None and end // self.every_steps <= self._last_step // self.every_steps:
+            silent.append(f"every_steps {self.every_steps}, and training ends at step {end}")
+        if self.every_epochs and start.epochs is not None and self.every_epochs > start.epochs:
+            silent.append(f"every_epochs {self.every_epochs}, and training runs {start.epochs} epoch(s)")
+        return silent
 
     def _guarded_round(self, step: int) -> None:
         if step <= self._last_step:  # the step and epoch schedules met

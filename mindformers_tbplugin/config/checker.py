@@ -180,6 +180,19 @@ class _Checker:
                 f"histograms of every parameter after every step on a model of ~{parameters / 1e9:.1f}B "
                 "parameters slow training noticeably; every 100 steps or more is usual",
             )
+        if "histogram" in cls.__name__.lower():
+            self.warn_if_never_due(where, arguments.get("every_steps") or 0, arguments.get("every_epochs") or 0)
+
+    def warn_if_never_due(self, where: str, every_steps: int, every_epochs: int) -> None:
+        """Histograms whose schedules never come due in the configured training (said again at train start)."""
+        epochs, steps = training_length(self.document)
+        silent = []
+        if every_steps and steps is not None and every_steps > steps:
+            silent.append(f"every_steps {every_steps}, and the training runs about {steps} steps")
+        if every_epochs and epochs is not None and every_epochs > epochs:
+            silent.append(f"every_epochs {every_epochs}, and the training runs {epochs} epoch(s)")
+        if silent and len(silent) == bool(every_steps) + bool(every_epochs):
+            self.warn(where, f"no histogram would be written: {'; '.join(silent)}")
 
     def check_log_dir(self, where: str, log_dir: str | None) -> None:
         """Say where the runs will go (a note: nothing to change), and warn only when they cannot."""
@@ -270,6 +283,26 @@ def model_parameter_count(document: dict) -> float:
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (hidden, layers, vocab)):
         return 0.0
     return 12.0 * layers * hidden * hidden + 2.0 * vocab * hidden
+
+
+def training_length(document: dict) -> tuple[int | None, int | None]:
+    """``runner_config.epochs`` and, when the dataset says how many samples it holds, about how many
+    steps the training runs (samples / global batch x epochs); None where the config does not say."""
+
+    def number(path: str) -> int | None:
+        node: Any = document
+        for key in path.split("."):
+            node = node.get(key) if isinstance(node, dict) else None
+        return node if isinstance(node, int) and not isinstance(node, bool) and node > 0 else None
+
+    epochs = number("runner_config.epochs")
+    samples, batch = number("train_dataset.data_loader.num_samples"), number("runner_config.batch_size")
+    if epochs is None or samples is None or batch is None:
+        return epochs, None
+    replicas = number("parallel_config.data_parallel") or 1
+    micro = number("parallel_config.micro_batch_num") if (number("parallel_config.pipeline_stage") or 1) > 1 else 1
+    accumulation = number("runner_config.gradient_accumulation_steps") or 1
+    return epochs, epochs * samples // (batch * replicas * (micro or 1) * accumulation)
 
 
 def check_file(path: str | Path, ours: dict[str, type] | None = None) -> Report:

@@ -45,6 +45,7 @@ class TrainStart:
     network: Any  # the model, for its graph and parameter counts
     train_network: Any  # classic: the wrapped training cell (pipeline micro-batches); else None
     epochs: int | None
+    final_step: int | None  # the global step training ends at, when the trainer says
     checkpoint: str | None  # the checkpoint a resumed run loaded, when the trainer says
     eval_callbacks: Any  # classic: the training's callback list (MindFormers' EvalCallBack); else None
     config: running_config.RunningConfig | None
@@ -177,13 +178,19 @@ def _classic_start(run_context: Any) -> TrainStart:
     cb_params = run_context.original_args()
     topology = current_topology()
     network = cb_params.get("network")
+    facts = read_model_facts(cb_params, topology)
+    steps_per_epoch, epochs = cb_params.get("batch_num"), cb_params.get("epoch_num")
+    final_step = None
+    if isinstance(steps_per_epoch, int) and isinstance(epochs, int):  # counted from cur_step_num's zero
+        final_step = facts.initial_global_step - int(cb_params.get("cur_step_num") or 0) + steps_per_epoch * epochs
     return TrainStart(
         trainer=CLASSIC,
-        facts=read_model_facts(cb_params, topology),
+        facts=facts,
         topology=topology,
         network=network if network is not None else cb_params.get("train_network"),
         train_network=cb_params.get("train_network"),
-        epochs=cb_params.get("epoch_num"),
+        epochs=epochs,
+        final_step=final_step,
         checkpoint=cb_params.get("latest_ckpt_file"),
         eval_callbacks=cb_params.get("list_callback"),
         config=running_config.find_running_config(),
@@ -217,6 +224,7 @@ def _pynative_start(args: Any, state: Any, kwargs: Mapping[str, Any]) -> TrainSt
         network=models[0] if len(models) == 1 else None,
         train_network=None,
         epochs=None,
+        final_step=int(getattr(state, "max_steps", 0) or 0) or None,
         checkpoint=running_config.get_path(config, "checkpoint.load_path") or None,
         eval_callbacks=None,
         config=running_config.RunningConfig(config, batch or None) if config else None,
