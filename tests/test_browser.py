@@ -9,11 +9,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from conftest import train, write_tiny_config
+from conftest import run_dirs, train, write_tiny_config
 from tb_helpers import CHROMEDRIVER, CHROMIUM, DEEP_COUNT_JS, DEEP_TEXT_JS, mftb_tensorboard, open_chromium
 
 from mindformers_tbplugin.viewer import tensorboard_server
@@ -43,21 +44,30 @@ LINE_VERTICES_JS = DEEP_COUNT_JS.replace(
 )
 
 
+# For the README picture: a log folder a reader's would look like, not the test's temporary one.
+SCREENSHOT_LOGS = Path(tempfile.gettempdir()) / "mftb-demo" / "output" / "tensorboard"
+
+
 def test_scalars_dashboard_shows_the_run_and_its_loss_curve(tmp_path: Path, tiny_data: Path) -> None:
+    log_root = tmp_path / "tb"
+    if os.environ.get("MFTB_SCREENSHOT"):
+        shutil.rmtree(SCREENSHOT_LOGS, ignore_errors=True)
+        log_root = SCREENSHOT_LOGS
     callbacks = [
         {"type": "MFLossMonitor"},
-        {"type": "TensorBoardMonitor", "log_dir": str(tmp_path / "tb"), "experiment": "llama_tiny"},
+        {"type": "TensorBoardMonitor", "log_dir": str(log_root), "experiment": "llama_tiny"},
     ]
     run = train(write_tiny_config(tmp_path, tiny_data, callbacks, num_samples=128), tmp_path)
     assert run.returncode == 0, run.output[-5000:]
-    run_name = run.run_dir.name
+    (run_dir,) = run_dirs(log_root)
+    run_name = run_dir.name
     screenshot = tmp_path / "tensorboard-scalars.png"
 
-    with mftb_tensorboard(run.log_root, "--port", str(tensorboard_server.free_port(18306)), "--all_points") as server:
+    with mftb_tensorboard(log_root, "--port", str(tensorboard_server.free_port(18306)), "--all_points") as server:
         driver = open_chromium()
         try:
-            # Only the train/ tags, so the loss chart is in the first, open pane.
-            driver.get(f"http://127.0.0.1:{server.port}/#scalars&tagFilter=train%2F")
+            # Loss, learning rate and throughput: the charts a first look is for, in the first, open pane.
+            driver.get(f"http://127.0.0.1:{server.port}/#scalars&tagFilter=train%2Floss%7Ctrain%2Flr%7Cperf%2F")
             deadline = time.monotonic() + 90
             text, vertices = "", 0
             while time.monotonic() < deadline:
@@ -72,7 +82,7 @@ def test_scalars_dashboard_shows_the_run_and_its_loss_curve(tmp_path: Path, tiny
             driver.quit()
 
     assert run_name in text, f"run {run_name} not listed on the page: {text[:2000]}"
-    assert "train/loss" in text and "train/lr" in text
+    assert "train/loss" in text and "train/lr" in text and "perf/tokens_per_s" in text
     assert vertices >= 60, f"no chart drew the 64 steps (most vertices in a line: {vertices})"
     assert screenshot.stat().st_size > 20_000  # a real picture, not a blank page
     if os.environ.get("MFTB_SCREENSHOT"):
