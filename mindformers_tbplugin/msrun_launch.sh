@@ -10,12 +10,13 @@
 # - routes each rank's stdout/stderr to <output_dir>/msrun_log/<node_rank>/worker_<rank>.log and the
 #   TensorBoard runs of monitors that set no log_dir to <output_dir>/tensorboard (MFTB_LOG_DIR);
 #   a log_dir written in the YAML wins (relative ones resolve against the folder you launch from);
-# - exits non-zero when a rank fails, naming the rank and showing the tail of its log.
+# - exits non-zero when a rank fails, naming the rank and showing the tail of its log; exits 3 (as
+#   mftb train does) when an AlertMonitor rule with action: stop ended the job, naming the rule.
 # Run it once per node with the same --output_dir on shared storage and --node_rank 0..nodes-1.
 set -euo pipefail
 
 usage() {
-  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 }
 die() { echo "msrun_launch: error: $*" >&2; exit 2; }
@@ -88,13 +89,28 @@ msrun --worker_num="$worker_num" --local_worker_num="$local_worker_num" --node_r
   "${script[@]}" --config "$config" --output_dir "$output_dir" "${extra[@]}" || status=$?
 
 if (( status != 0 )); then
-  failed=()
+  failed=() stops=()
   for log in "$log_dir"/worker_*.log; do
     [[ -e "$log" ]] || continue
     if grep -q -E "Traceback \(most recent call last\)|^[A-Za-z]*Error:" "$log"; then
       failed+=("$log")
+    elif grep -q "mftb train: stopped by AlertMonitor (" "$log"; then
+      stops+=("$log")
     fi
   done
+  if (( ${#failed[@]} == 0 && ${#stops[@]} > 0 )); then
+    # Every rank exited with mftb train's status 3; the rank that writes the main run names the rule,
+    # the others say "an alert on rank R".
+    stop_log="${stops[0]}"
+    for log in "${stops[@]}"; do
+      grep -q "mftb train: stopped by AlertMonitor (an alert on rank " "$log" || { stop_log="$log"; break; }
+    done
+    line="$(grep -m 1 -o "mftb train: stopped by AlertMonitor (.*" "$stop_log")"
+    line="${line#mftb train: }"
+    rank="$(basename "$stop_log" .log)"; rank="${rank#worker_}"
+    echo "msrun_launch: the job was ${line%%; exit status*} (rank $rank's log: $stop_log); $tb_runs" >&2
+    exit 3
+  fi
   ((${#failed[@]})) || failed=("$log_dir"/worker_*.log)
   for log in "${failed[@]}"; do
     [[ -e "$log" ]] || continue

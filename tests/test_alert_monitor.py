@@ -14,6 +14,7 @@ from conftest import MFTB, REPO, TrainingRun, read_scalars, subprocess_env, trai
 # switches protobuf to the pure-Python implementation, which fails once protobuf is loaded.
 from mindformers_tbplugin.alerts.rules import RULES, Rule
 from mindformers_tbplugin.callbacks import AlertMonitor
+from mindformers_tbplugin.commands.train import STOPPED_BY_ALERT
 from mindformers_tbplugin.config.schema import params_of
 
 STEPS = 32
@@ -49,7 +50,7 @@ def diverged_run(tmp_path_factory: pytest.TempPathFactory, tiny_data: Path) -> T
         runner_wrapper={"type": "CPUTrainOneStepCell", "scale_sense": 1.0, "use_clip_grad": False},
     )
     run = train(config, folder)
-    assert run.returncode == 0, run.output[-5000:]
+    assert run.returncode == STOPPED_BY_ALERT, run.output[-5000:]
     return run
 
 
@@ -57,7 +58,31 @@ def test_nonfinite_stop_ends_training_at_the_alerting_step(diverged_run: Trainin
     printed = [int(step) for step in STEP_LINE.findall(diverged_run.output)]
     assert printed == [1, 2], printed  # MFLossMonitor printed two of the 32 steps
     assert "AlertMonitor: stopping training after step 2 (nonfinite: train/loss)" in diverged_run.output
-    assert "ALERT [critical] nonfinite tag=train/loss step=2" in diverged_run.output
+    run_name = diverged_run.run_dir.name  # as mftb watch names it (test_watch_once_over_our_runs)
+    assert f"ALERT [critical] nonfinite run={run_name} tag=train/loss step=2" in diverged_run.output
+
+
+def test_mftb_train_exits_with_its_alert_status_naming_the_rule(diverged_run: TrainingRun) -> None:
+    assert STOPPED_BY_ALERT == 3  # the fixture checked the exit status; documented in the README
+    line = "mftb train: stopped by AlertMonitor (nonfinite on train/loss) at step 2; exit status 3"
+    assert line in diverged_run.output.splitlines()
+    assert "Traceback" not in diverged_run.output
+
+
+def test_the_run_says_an_alert_stopped_it(diverged_run: TrainingRun) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import api_pb2, metadata
+
+    accumulator = EventAccumulator(str(diverged_run.run_dir))
+    accumulator.Reload()
+    (status,) = accumulator.Tensors("meta/status")
+    assert (status.step, status.tensor_proto.string_val[0].decode()) == (
+        2,
+        "stopped by AlertMonitor (nonfinite on train/loss) at step 2",
+    )
+    content = accumulator.SummaryMetadata(metadata.SESSION_END_INFO_TAG).plugin_data.content
+    end = metadata.parse_session_end_info_plugin_data(content)
+    assert api_pb2.Status.Name(end.status) == "STATUS_FAILURE"  # the HParams session is no success
 
 
 def test_the_jsonl_sink_holds_the_alert(diverged_run: TrainingRun) -> None:
@@ -67,6 +92,7 @@ def test_the_jsonl_sink_holds_the_alert(diverged_run: TrainingRun) -> None:
         ("nonfinite", "train/loss", 2, "nan", "stop")
     ]
     assert records[0]["severity"] == "critical" and records[0]["message"] == "train/loss is nan at step 2"
+    assert records[0]["run"] == diverged_run.run_dir.name  # the main run's folder below log_dir
 
 
 def test_logs_and_checkpoint_are_closed_normally(diverged_run: TrainingRun) -> None:

@@ -492,6 +492,32 @@ def test_the_stop_carrier_is_released_at_the_end() -> None:
     assert not listeners.request_job_stop()  # both routers finished: no carrier left
 
 
+def test_what_a_training_stopped_by_an_alert_says_on_each_rank() -> None:
+    """meta/status and mftb train's line: the requesting (writing) rank names the rule; ranks that
+    learned of the stop from the aggregation name the rank; a single process stops at the alert."""
+    said = []
+    listeners.add_stop_carrier()
+    try:
+        for request in (True, False):
+            listeners.reset_job_stop()
+            if request:
+                assert listeners.request_job_stop("spike on train/loss", 3)
+            listeners.stop_agreed(writer_rank=0)
+            said.append(listeners.finish_alert_stop(4).status())
+    finally:
+        listeners.remove_stop_carrier()
+    listeners.reset_job_stop()
+    listeners.stop_alone("nonfinite on train/loss", 2)
+    said.append(listeners.finish_alert_stop(2).status())
+    assert said == [
+        "stopped by AlertMonitor (spike on train/loss at step 3) at step 4",
+        "stopped by AlertMonitor (an alert on rank 0) at step 4",
+        "stopped by AlertMonitor (nonfinite on train/loss) at step 2",
+    ]
+    listeners.reset_job_stop()
+    assert listeners.alert_stop() is None and not listeners.take_stop_request()
+
+
 # -- wired by TensorBoardMonitor, with real event files -----------------------------------------------
 def _monitor_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, per_rank_limit: int) -> Path:
     """Two TensorBoardMonitors, ranks 0 and 1 of one simulated job, each in its own thread, 8 steps

@@ -29,6 +29,7 @@ from conftest import (
 )
 from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 
+from mindformers_tbplugin.commands.train import STOPPED_BY_ALERT
 from mindformers_tbplugin.viewer.tensorboard_server import any_free_port
 
 pytestmark = pytest.mark.slow
@@ -366,9 +367,14 @@ def test_a_killed_msrun_job_resumes_into_the_same_runs(tmp_path: Path, tiny_data
 
 
 def _small_job(
-    tmp_path: Path, tiny_data: Path, steps: int = 8, more_callbacks: tuple[dict, ...] = (), **monitor_options: object
+    tmp_path: Path,
+    tiny_data: Path,
+    steps: int = 8,
+    more_callbacks: tuple[dict, ...] = (),
+    status: int = 0,
+    **monitor_options: object,
 ) -> Job:
-    """2 ranks, aggregate_every 4, rank 1 slowed; TensorBoardMonitor options changed."""
+    """2 ranks, aggregate_every 4, rank 1 slowed; TensorBoardMonitor options changed; the launcher exits ``status``."""
     path = _config(
         tmp_path, tiny_data, num_samples=2 * steps, aggregate_every=4, data_parallel=2, extra_metric="one_data_metric"
     )
@@ -380,7 +386,7 @@ def _small_job(
         path, tmp_path / "out", "--worker_num", "2", "--master_port", str(any_free_port()), MFTB_TEST_SLOW_RANK="1"
     )
     job = _finish(process, tmp_path / "out")
-    assert job.returncode == 0, job.stderr[-3000:] + job.worker_log(0, 0)[-3000:]
+    assert job.returncode == status, job.stderr[-3000:] + job.worker_log(0, 0)[-3000:]
     return job
 
 
@@ -430,7 +436,8 @@ def test_an_alert_stop_stops_every_rank_at_the_same_step(tmp_path: Path, tiny_da
     of step 4); the request rides in the next aggregation (step 8), after which every rank stops: no
     rank is left waiting."""
     rule = {"rule": "threshold", "tag": "train/loss", "above": 0.0, "action": "stop"}
-    job = _small_job(tmp_path, tiny_data, steps=16, more_callbacks=({"type": "AlertMonitor", "rules": [rule]},))
+    alert_monitor = {"type": "AlertMonitor", "rules": [rule]}
+    job = _small_job(tmp_path, tiny_data, steps=16, more_callbacks=(alert_monitor,), status=STOPPED_BY_ALERT)
     assert [max(mf_losses(job.worker_log(0, rank))) for rank in (0, 1)] == [8, 8]
     assert (
         "AlertMonitor: threshold: train/loss at step 1; every rank stops after the next cross-rank aggregation"
@@ -439,6 +446,25 @@ def test_an_alert_stop_stops_every_rank_at_the_same_step(tmp_path: Path, tiny_da
     for rank in (0, 1):
         assert "a rank asked the job to stop; every rank stops after step 8" in job.worker_log(0, rank)
     assert [s for s, _ in read_scalars(job.run_dir)["train/loss"]] == list(range(1, 9))
+    # Every rank returns mftb train's alert status; only the writing rank knows the rule.
+    writer_says = "stopped by AlertMonitor (threshold on train/loss at step 1) at step 8"
+    said = {
+        rank: f"mftb train: {why}; exit status 3"
+        for rank, why in enumerate([writer_says, "stopped by AlertMonitor (an alert on rank 0) at step 8"])
+    }
+    for rank, line in said.items():
+        assert line in job.worker_log(0, rank).splitlines(), job.worker_log(0, rank)[-3000:]
+    assert f"ALERT [warning] threshold run={job.run_dir.name} tag=train/loss step=1" in job.worker_log(0, 0)
+    log = job.output / "msrun_log" / "0" / "worker_0.log"
+    launcher = (
+        f"msrun_launch: the job was {writer_says} (rank 0's log: {log}); TensorBoard runs in {job.run_dir.parent}"
+    )
+    assert launcher in job.stderr.splitlines(), job.stderr[-3000:]
+    assert "msrun_launch: rank" not in job.stderr  # no rank reported as failed
+    accumulator = EventAccumulator(str(job.run_dir))
+    accumulator.Reload()
+    (status,) = accumulator.Tensors("meta/status")
+    assert status.tensor_proto.string_val[0].decode() == writer_says
 
 
 def test_without_aggregation_an_alert_stop_is_refused_rather_than_stopping_one_rank(

@@ -143,6 +143,12 @@ def test_an_alert_stop_ends_the_pynative_training_after_that_step(tmp_path: Path
     assert run.returncode == 0, run.output[-5000:]
     assert sorted(run.printed()) == [1]
     assert [step for step, _ in read_scalars(run.run_dir)["train/loss"]] == [1]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(run.run_dir))
+    accumulator.Reload()
+    (status,) = accumulator.Tensors("meta/status")
+    assert status.tensor_proto.string_val[0].decode() == "stopped by AlertMonitor (threshold on train/loss) at step 1"
 
 
 def test_a_failing_pynative_training_still_gets_its_status(tmp_path: Path, xy_data: Path) -> None:

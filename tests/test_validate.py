@@ -255,3 +255,9 @@ def test_help_lists_the_commands_and_the_exit_statuses() -> None:
     assert "0 all valid, 1 problems found, 2 a file could not be read" in " ".join(validate.split())
     schema = subprocess.run([MFTB, "schema", "--help"], capture_output=True, text=True, check=True).stdout
     assert "--format {json,markdown}" in schema
+    assert "exit 3: an alert stopped it" in " ".join(top.split())
+    train = subprocess.run([MFTB, "train", "--help"], capture_output=True, text=True, check=True).stdout
+    assert (
+        "Exit status: 0 training ended, 1 training failed, 2 a problem in the command line or the config, "
+        "3 an AlertMonitor rule with action: stop ended training" in " ".join(train.split())
+    )

@@ -25,7 +25,8 @@ class AlertMonitor(MonitorCallback):
     ``run_context.request_stop()``; MindFormers 2.x's PyNative trainer: its step limit), so
     checkpoints and event files are closed normally. With several ranks the request rides in
     TensorBoardMonitor's next cross-rank aggregation, and every rank stops
-    after that step (at most ``aggregate_every`` steps later).
+    after that step (at most ``aggregate_every`` steps later). The run's ``meta/status`` then reads
+    ``stopped by AlertMonitor (<rule> on <tag>) at step N`` and ``mftb train`` exits with status 3.
 
     Args:
         rules: Alert rules, e.g. ``[{rule: nonfinite, action: stop}, {rule: spike, tag: train/loss, k: 6}]``;
@@ -78,6 +79,8 @@ class AlertMonitor(MonitorCallback):
     def _on_values(self, step: int, values: dict[str, float]) -> None:
         """Bus listener, on the training thread: rule updates only; sinks do their work off-thread."""
         self._steps_seen += 1
+        if not self._engine.run:  # TensorBoardMonitor names its run at its own train begin
+            self._engine.run = listeners.main_run()
         fired = self._engine.observe(step, values)
         if not fired:
             return
@@ -88,10 +91,12 @@ class AlertMonitor(MonitorCallback):
                 self._stop(step, alert)
 
     def _stop(self, step: int, alert: Alert) -> None:
+        cause = f"{alert.rule} on {alert.tag}"
         if not self._several_ranks:
             logger.warning("AlertMonitor: stopping training after step %d (%s: %s)", step, alert.rule, alert.tag)
+            listeners.stop_alone(cause, step)
             self._request_stop()
-        elif listeners.request_job_stop():
+        elif listeners.request_job_stop(cause, step):
             logger.warning(
                 "AlertMonitor: %s: %s at step %d; every rank stops after the next cross-rank aggregation",
                 alert.rule,

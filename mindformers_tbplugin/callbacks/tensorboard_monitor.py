@@ -19,7 +19,7 @@ from mindformers_tbplugin.framework.model_facts import ModelFacts, loss_scale_fo
 from mindformers_tbplugin.framework.system_stats import MemoryReadings
 from mindformers_tbplugin.framework.trainers import MonitorCallback, StepEnd, TrainStart
 from mindformers_tbplugin.log import WarnOnce, logger
-from mindformers_tbplugin.pipeline import custom_metrics, metrics
+from mindformers_tbplugin.pipeline import custom_metrics, listeners, metrics
 from mindformers_tbplugin.pipeline.metrics import MetricKind, StepMetrics
 from mindformers_tbplugin.pipeline.routing import MetricRouter, RouterOptions
 from mindformers_tbplugin.pipeline.topology import Topology
@@ -227,6 +227,7 @@ class TensorBoardMonitor(MonitorCallback):
 
     # -- internals --------------------------------------------------------------------------------
     def _begin(self, start: TrainStart) -> None:
+        listeners.reset_job_stop()
         self._topology = topology = start.topology
         self._facts = start.facts
         self._request_stop = start.request_stop
@@ -237,6 +238,7 @@ class TensorBoardMonitor(MonitorCallback):
         self.run_dir = self._open_run_dir(topology, collectives)
         if topology.is_writer:
             self._writer = self._open_writer(self.run_dir)
+            listeners.set_main_run(self.run_dir.relative_to(self.log_root).as_posix())  # AlertMonitor's `run`
             self._guard("housekeeping", self._housekeeping)
             if self.resumed_from is not None:
                 self._mark_restart(start.checkpoint)
@@ -365,6 +367,7 @@ class TensorBoardMonitor(MonitorCallback):
         if self._router.stop_agreed and not self._stopping:
             self._stopping = True
             logger.warning("TensorBoardMonitor: a rank asked the job to stop; every rank stops after step %d", step)
+            listeners.stop_agreed(self._topology.writer_rank)
             self._request_stop()
         self._last_logged_step = step
         self._last_log_time = time.perf_counter()
@@ -402,16 +405,20 @@ class TensorBoardMonitor(MonitorCallback):
     def _finish(self, clean: bool, status: str | None = None) -> None:
         """Close the run once: aggregate what is left, write ``meta/status``, close the files."""
         remove_sigterm_listener(self._on_sigterm)
-        if self._router is not None and self._writer is not None:
-            self._writer.add_text(self._step, metrics.META_STATUS, status or f"completed at step {self._step}")
         custom_metrics.detach(self)
         if self._eval_recorder is not None:
             self._eval_recorder.detach()
-        if self._writer is not None and self._run_info.hparams:
-            run_description.write_run_end(self._writer, self._step, clean)
         router, self._router = self._router, None
         if router is not None:
-            self._guard("end", router.finish, clean)
+            self._guard("end", router.finish, clean)  # its last aggregation may carry a stop request
+            if router.stop_agreed:
+                listeners.stop_agreed(self._topology.writer_rank)
+        stop = listeners.finish_alert_stop(self._step) if clean and router is not None else None
+        if router is not None and self._writer is not None:
+            status = status or (stop.status() if stop else f"completed at step {self._step}")
+            self._writer.add_text(self._step, metrics.META_STATUS, status)
+        if self._writer is not None and self._run_info.hparams:  # a stop by an alert is no success
+            run_description.write_run_end(self._writer, self._step, clean and stop is None)
         for writer in (self._writer, router.rank_run if router else None):
             if writer is not None:
                 writer.close()

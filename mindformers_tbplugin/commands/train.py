@@ -7,11 +7,14 @@ import sys
 from pathlib import Path
 
 NAME = "train"
-HELP = "train with a MindFormers YAML config (run_mindformer.py's training entry)"
+HELP = "train with a MindFormers YAML config (run_mindformer.py's training entry; exit 3: an alert stopped it)"
+STOPPED_BY_ALERT = 3  # exit status: an AlertMonitor rule with action: stop ended training
 DESCRIPTION = (
     "Train with a MindFormers YAML config, as run_mindformer.py does. Unknown '--key.sub value' pairs "
     "override config keys. Usable as the script msrun starts on every rank. The callbacks: block is checked "
-    "first, as mftb validate does: a problem stops it before anything is built (exit status 2)."
+    "first, as mftb validate does: a problem stops it before anything is built. Exit status: 0 training "
+    "ended, 1 training failed, 2 a problem in the command line or the config, "
+    f"{STOPPED_BY_ALERT} an AlertMonitor rule with action: stop ended training (on every rank of a job)."
 )
 ACCEPTS_EXTRA = True
 # Framework packages it needs (checked by mftb before it runs).
@@ -29,7 +32,23 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
 
     check_before_training(args.config)  # every callback problem at once, before MindFormers builds anything
     training_entry.run(args, extra)
-    return 0
+    return status_after_training()
+
+
+def status_after_training() -> int:
+    """0, or STOPPED_BY_ALERT when an alert stopped training. Every rank of a job agreed on that stop
+    (it rode in the cross-rank aggregation), so every rank returns the same status; none returns
+    before all have ended training, since msrun kills the other ranks as soon as one exits non-zero
+    (a checkpoint still being saved would be cut short)."""
+    from mindformers_tbplugin.framework.collectives import wait_for_every_rank
+    from mindformers_tbplugin.pipeline import listeners
+
+    stop = listeners.alert_stop()
+    if stop is None:
+        return 0
+    print(f"mftb train: {stop.status()}; exit status {STOPPED_BY_ALERT}", file=sys.stderr, flush=True)
+    wait_for_every_rank()
+    return STOPPED_BY_ALERT
 
 
 def check_before_training(path: str | Path) -> None:

@@ -86,3 +86,10 @@ def agree_on_ints(collectives: Collectives | None, topology: Topology, values: l
     mine = np.asarray(halves or [0] * (2 * len(values)), dtype=np.float32)
     row = collectives.all_gather(mine)[topology.writer_rank]
     return [int(high) * (1 << 16) + int(low) for high, low in zip(row[0::2], row[1::2], strict=True)]
+
+
+def wait_for_every_rank() -> None:
+    """Return once every rank of the job has called this (one small all-reduce); at once without
+    communication."""
+    if current_topology().communicating:
+        Collectives().all_reduce_sum(np.zeros(1, dtype=np.float32))
