@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -17,13 +18,14 @@ from tensorboardX import SummaryWriter
 
 from mindformers_tbplugin.tfevents.writer import RunWriter
 from mindformers_tbplugin.viewer import tensorboard_server
+from mindformers_tbplugin.viewer.doctor import NO_RUNS_FOUND
 
 
-def doctor(logdir: Path | str, *args: str, cwd: Path | None = None) -> tuple[int, str]:
+def doctor(logdir: Path | str, *args: str, cwd: Path | None = None, **env: str) -> tuple[int, str]:
     result = subprocess.run(
         [MFTB, "doctor", str(logdir), *args],
         cwd=cwd,
-        env=subprocess_env(),
+        env=subprocess_env(**env),
         capture_output=True,
         text=True,
         timeout=300,
@@ -158,17 +160,86 @@ def test_server_flags_that_hide_points_are_named(tmp_path: Path) -> None:
 
 
 def test_no_event_files_points_to_where_recent_runs_are(tmp_path: Path) -> None:
-    project = tmp_path / "project"
+    project, home = tmp_path / "project", tmp_path / "home"
     write_mftb_run(project / "output" / "tensorboard" / "llama_20261129-101010")
+    write_mftb_run(project / "output" / "tensorboard" / "llama_20261129-101010" / "rank_1")  # a sub-run of it
+    write_mftb_run(home / "output" / "tensorboard" / "someone_elses_run")  # the same relative path, from home
     (project / "scripts").mkdir()
     # Trained from project/, inspected from project/scripts/: the relative log_dir resolves elsewhere.
-    code, output = doctor("output/tensorboard", cwd=project / "scripts")
+    code, output = doctor("output/tensorboard", cwd=project / "scripts", HOME=str(home))
     assert code == 1
     check = verdict(output, "event files")
-    assert f"[FAIL] event files: LOGDIR {project / 'scripts' / 'output' / 'tensorboard'} does not exist" in check
-    assert str(project / "output" / "tensorboard" / "llama_20261129-101010") in check
-    fix = f"mftb tensorboard {project / 'output' / 'tensorboard'}"
-    assert f"fix: point TensorBoard at the folder above the run folders: {fix}" in check
+    missing = project / "scripts" / "output" / "tensorboard"
+    assert check.startswith(
+        f"[FAIL] event files: LOGDIR {missing} does not exist (the nearest existing folder is {project / 'scripts'})"
+    )
+    assert f"searched for runs: {project / 'output' / 'tensorboard'} (5 levels down)" in check
+    assert re.search(
+        rf"^ +{re.escape(str(project / 'output' / 'tensorboard' / 'llama_20261129-101010'))}  ", check, re.M
+    )
+    assert "rank_1" not in check and "someone_elses_run" not in output
+    command = f"mftb tensorboard {project / 'output' / 'tensorboard'}"
+    assert f"       fix: point TensorBoard at the runs found: {command}\n" in check
+    assert f"       to view the runs: {command}\n" in verdict(output, "TensorBoard")
+
+
+def test_a_missing_logdir_lists_runs_only_under_its_nearest_existing_folder(tmp_path: Path) -> None:
+    """A mistyped LOGDIR: the runs beside it are listed; runs elsewhere (home, another job) are not."""
+    job, home = tmp_path / "my job", tmp_path / "home"
+    write_mftb_run(job / "output" / "tensorboard" / "llama_20261129-101010")
+    write_mftb_run(job / "output" / "a" / "b" / "c" / "too_deep")  # deeper than runs of output/tensorbord
+    write_mftb_run(home / "tb" / "home_run")
+    write_mftb_run(tmp_path / "other_job" / "output" / "tensorboard" / "other_run")
+    finished_long_ago(tmp_path)
+    code, output = doctor("output/tensorbord", cwd=job, HOME=str(home))
+    assert code == 1
+    check = verdict(output, "event files")
+    assert check.startswith(
+        f"[FAIL] event files: LOGDIR {job / 'output' / 'tensorbord'} does not exist "
+        f"(the nearest existing folder is {job / 'output'})\n"
+        f"       searched for runs: {job / 'output'} (2 levels down)\n"
+        "       runs there (newest first):\n"
+        f"         {job / 'output' / 'tensorboard' / 'llama_20261129-101010'}  (modified 1 h ago)\n"
+    )
+    command = f"mftb tensorboard '{job / 'output' / 'tensorboard'}'"  # quoted: the path has a space
+    assert check.endswith(f"       fix: point TensorBoard at the runs found: {command}\n")
+    assert f"       to view the runs: {command}\n" in verdict(output, "TensorBoard")
+    for elsewhere in ("too_deep", "home_run", "other_run"):
+        assert elsewhere not in output
+    assert output.count("mftb tensorboard") == 2
+
+
+def test_a_missing_logdir_with_no_runs_under_it_suggests_no_tensorboard(tmp_path: Path) -> None:
+    (tmp_path / "x").mkdir()
+    write_mftb_run(tmp_path / "y" / "neighbours_run")
+    write_mftb_run(tmp_path / "home" / "output" / "tensorboard" / "home_run")
+    code, output = doctor("./nope", cwd=tmp_path / "x", HOME=str(tmp_path / "home"))
+    assert code == 1
+    assert verdict(output, "event files") == (
+        f"[FAIL] event files: LOGDIR {tmp_path / 'x' / 'nope'} does not exist "
+        f"(the nearest existing folder is {tmp_path / 'x'})\n"
+        f"       searched for runs: {tmp_path / 'x'} (2 levels down)\n"
+        f"       fix: {NO_RUNS_FOUND}\n"
+    )
+    assert NO_RUNS_FOUND.startswith("no runs found: ") and "mftb train --config" in NO_RUNS_FOUND
+    assert verdict(output, "TensorBoard").endswith("\n       no runs to view (see event files)\n")
+    assert "mftb tensorboard" not in output and "neighbours_run" not in output and "home_run" not in output
+    idle = tensorboard_server.free_port(17406)
+    code, output = doctor("./nope", "--port", str(idle), cwd=tmp_path / "x", HOME=str(tmp_path / "home"))
+    assert code == 1 and "mftb tensorboard" not in output
+    assert f"[FAIL] TensorBoard on port {idle}: nothing listens on {idle}" in output
+
+
+@pytest.mark.slow
+def test_the_suggested_command_works_when_pasted(tmp_path: Path) -> None:
+    job = tmp_path / "my job"
+    write_mftb_run(job / "output" / "tensorboard" / "llama_20261129-101010")
+    _, output = doctor("output/tensorbord", cwd=job)
+    (line,) = re.findall(r"^       fix: point TensorBoard at the runs found: (.*)$", output, flags=re.M)
+    program, command, logdir = shlex.split(line)  # what a shell makes of it
+    assert (program, command) == ("mftb", "tensorboard")
+    with mftb_tensorboard(Path(logdir), "--port", str(tensorboard_server.free_port(17506))) as server:
+        assert wait_for(lambda: tensorboard_server.get_json(server.port, "/data/runs")) == ["llama_20261129-101010"]
 
 
 @pytest.mark.slow

@@ -7,10 +7,12 @@ import argparse
 NAME = "doctor"
 HELP = "check LOGDIR's event files and the TensorBoard serving it, with a fix for each problem"
 DESCRIPTION = (
-    "Checks: event files present (else where recent runs are), files complete (not torn or still open), one "
-    "writer per run folder, steps never going backwards without a restart marker, ASCII paths, logdir size, "
-    "and a TensorBoard serving LOGDIR: on --port when given, else on 6006 or any local port; without --port, "
-    "no TensorBoard is information, not a failure. Exit status 0 when every check passes, 1 otherwise."
+    "Checks: event files present (else the runs found under the LOGDIR given: below a missing LOGDIR's nearest "
+    "existing folder, or a relative LOGDIR taken from the 3 folders above the current one; with the command that shows "
+    "them), files complete (not torn or still open), one writer per run folder, steps never going backwards "
+    "without a restart marker, ASCII paths, logdir size, and a TensorBoard serving LOGDIR: on --port when given, "
+    "else on 6006 or any local port; without --port, no TensorBoard is information, not a failure. Exit status "
+    "0 when every check passes, 1 otherwise."
 )
 _MARKS = {"ok": "[ OK ]", "warn": "[WARN]", "fail": "[FAIL]", "info": "[INFO]"}
 DEFAULT_PORT = 6006

@@ -7,6 +7,7 @@ streaming (:func:`mindformers_tbplugin.tfevents.reader.scan_file`); the checks s
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -22,6 +23,10 @@ OPEN_SECS = 10.0  # a file modified this recently is still being written (Tensor
 MAX_LISTED = 5
 SEARCH_DEPTH = 5
 SEARCH_MAX_DIRS = 20_000
+NO_RUNS_FOUND = (
+    "no runs found: a training with TensorBoardMonitor writes them to its log_dir, by default ./output/tensorboard "
+    "in the folder it runs in (mftb train --config <your.yaml>; the msrun launcher: <output_dir>/tensorboard)"
+)
 MINDSPORE_SUMMARY_MARK = ".out.events.summary."  # SummaryRecord's files: MindInsight's format, not TensorBoard's
 
 
@@ -42,10 +47,7 @@ class RunScan:
 
     @property
     def points(self) -> Counter[str]:
-        total: Counter[str] = Counter()
-        for scan in self.files:
-            total.update(scan.points)
-        return total
+        return sum((scan.points for scan in self.files), Counter())
 
 
 def scan_logdir(logdir: Path) -> list[RunScan]:
@@ -67,11 +69,13 @@ def _rel(path: Path, logdir: Path) -> str:
 # -- event files present -----------------------------------------------------------------------
 
 
-def check_event_files(logdir: Path, given: str, runs: list[RunScan]) -> Verdict:
+def check_event_files(logdir: Path, runs: list[RunScan], roots: list, found: list, view: Path | None) -> Verdict:
     if runs:
         count = sum(len(run.files) for run in runs)
         return Verdict("event files", OK, f"{len(runs)} runs, {count} event files under {logdir}")
-    where = "does not exist" if not logdir.exists() else "holds no *tfevents* files"
+    nearest, missing = next(p for p in (logdir, *logdir.parents) if p.is_dir()), not logdir.exists()
+    where = f"{'does not exist' if missing else 'is not a folder'} (the nearest existing folder is {nearest})"
+    where = "holds no *tfevents* files" if nearest == logdir else where
     details = []
     summaries = _summary_files(logdir) if logdir.is_dir() else []
     if summaries:
@@ -79,13 +83,11 @@ def check_event_files(logdir: Path, given: str, runs: list[RunScan]) -> Verdict:
             f"files of MindSpore's SummaryRecord/SummaryCollector are here, e.g. {summaries[0]}: TensorBoard "
             "cannot read them (MindInsight's format); add TensorBoardMonitor to the YAML callbacks instead"
         )
-    found = find_runs_elsewhere(logdir, given)
+    details += [f"searched for runs: {root} ({depth} levels down)" for root, depth in roots]
     if found:
-        details.append("event files of recent runs are here (newest first):")
+        details.append("runs there (newest first):")
         details += [f"  {folder}  (modified {_age(mtime)} ago)" for folder, mtime in found]
-        fix = f"point TensorBoard at the folder above the run folders: mftb tensorboard {found[0][0].parent}"
-    else:
-        fix = "check the log_dir of TensorBoardMonitor in the YAML; relative paths resolve against the training's cwd"
+    fix = f"point TensorBoard at the runs found: {_view_command(view)}" if found else NO_RUNS_FOUND
     return Verdict("event files", FAIL, f"LOGDIR {logdir} {where}", details, fix)
 
 
@@ -98,29 +100,33 @@ def _summary_files(logdir: Path) -> list[Path]:
     return found
 
 
-def search_roots(logdir: Path, given: str) -> list[Path]:
-    """Where event files of recent runs usually are when LOGDIR holds none."""
-    cwd, home = Path.cwd(), Path.home()
-    roots = [cwd / "output", cwd]
-    # A relative log_dir resolves against the training's working directory, which may not be ours.
-    if not os.path.isabs(given):
-        roots += [base / given for base in (*cwd.parents[:3], home)]
-    roots += [p for p in logdir.parents[:2] if p != Path(p.anchor)]
-    roots.append(home)
-    unique = []
-    for root in roots:
-        if root.is_dir() and root not in unique:
-            unique.append(root)
-    return unique
+def search_roots(logdir: Path, given: str) -> list[tuple[Path, int]]:
+    """Where runs of the LOGDIR given may be when it holds none, and how many levels down to look: for a
+    missing LOGDIR, its nearest existing folder (not /), as deep as LOGDIR's runs would be; for a relative
+    LOGDIR, that path from each of the 3 folders above the working directory (where training may have run)."""
+    nearest = next(p for p in (logdir, *logdir.parents) if p.is_dir())
+    relative = Path(os.path.expanduser(given))
+    roots = [(nearest, len(logdir.relative_to(nearest).parts) + 1)] if nearest not in (logdir, Path("/")) else []
+    if relative.parts and not relative.is_absolute() and ".." not in relative.parts:
+        roots += [(base / relative, SEARCH_DEPTH) for base in Path.cwd().parents[:3] if (base / relative).is_dir()]
+    return list(dict.fromkeys(roots))
 
 
-def find_runs_elsewhere(logdir: Path, given: str) -> list[tuple[Path, float]]:
+def find_runs_elsewhere(roots: list[tuple[Path, int]]) -> tuple[list[tuple[Path, float]], Path | None]:
+    """The newest run folders under ``roots`` (a ``rank_<id>/`` sub-run counts as its run), and the folder
+    to view them: the one above the newest run, or that run itself when it is a searched folder."""
     runs: dict[Path, float] = {}
-    for root in search_roots(logdir, given):
-        for run_dir, paths in run_folders.walk_runs(root, max_depth=SEARCH_DEPTH, max_dirs=SEARCH_MAX_DIRS):
-            if run_dir not in runs:
-                runs[run_dir] = max(p.stat().st_mtime for p in paths)
-    return sorted(runs.items(), key=lambda item: -item[1])[:MAX_LISTED]
+    for root, depth in roots:
+        for run_dir, paths in run_folders.walk_runs(root, max_depth=depth, max_dirs=SEARCH_MAX_DIRS):
+            run = next((p for p in run_dir.parents if p in runs), run_dir)
+            runs[run] = max([runs.get(run, 0.0)] + [p.stat().st_mtime for p in paths])
+    found = sorted(runs.items(), key=lambda item: -item[1])[:MAX_LISTED]
+    newest = found[0][0] if found else None
+    return found, newest if newest in dict(roots) or newest is None else newest.parent
+
+
+def _view_command(view: Path | None, options: str = "") -> str:
+    return f"mftb tensorboard {shlex.quote(str(view))}{options}" if view else "no runs to view (see event files)"
 
 
 def _age(mtime: float) -> str:
@@ -321,15 +327,16 @@ def _same_or_parent(served: str, logdir: Path) -> bool:
     return logdir == served_path or served_path in logdir.parents
 
 
-def check_server(logdir: Path, port: int, runs: list[RunScan], port_given: bool = True) -> Verdict:
+def check_server(logdir: Path, port: int, runs: list[RunScan], port_given: bool, view: Path | None) -> Verdict:
     """The TensorBoard on ``port``. Without ``port_given``, ``port`` is only the default: a TensorBoard
     serving ``logdir`` on another port (``mftb tensorboard`` moves on when the port is taken) is checked
-    instead, and none at all is information, since the event files do not need one."""
+    instead, and none at all is information, since the event files do not need one. Fixes start
+    TensorBoard on ``view``: LOGDIR, or where its runs were found instead."""
     facts = tensorboard_server.probe(port)
     if not port_given and not (facts and facts.logdir and _same_or_parent(facts.logdir, logdir)):
         elsewhere = _serving_elsewhere(logdir, port)
         if elsewhere is None:
-            return _not_running(logdir, port, facts)
+            return _not_running(logdir, port, facts, view)
         port, facts = elsewhere.port, elsewhere
     name = f"TensorBoard on port {port}"
     if facts is None:
@@ -337,14 +344,14 @@ def check_server(logdir: Path, port: int, runs: list[RunScan], port_given: bool 
         details = [f"TensorBoard serving it: http://{tensorboard_server.LOOPBACK}:{p}/" for p in others]
         listening = not tensorboard_server.port_is_free(port)
         summary = f"something else listens on 127.0.0.1:{port}" if listening else f"nothing listens on {port}"
-        return Verdict(name, FAIL, summary, details, f"mftb tensorboard {logdir} --port {port}")
+        return Verdict(name, FAIL, summary, details, _view_command(view, f" --port {port}"))
     if not facts.logdir or not _same_or_parent(facts.logdir, logdir):
         return Verdict(
             name,
             FAIL,
             f"it serves {facts.logdir or 'an unknown logdir'}, not {logdir}",
             [],
-            f"mftb tensorboard {logdir} (it picks a free port)",
+            _view_command(view, " (it picks a free port)"),
         )
     misconfigured = _flag_problems(facts.flags, runs)
     if misconfigured:
@@ -374,7 +381,7 @@ def _serving_elsewhere(logdir: Path, port: int) -> tensorboard_server.ServerFact
     return None
 
 
-def _not_running(logdir: Path, port: int, facts: tensorboard_server.ServerFacts | None) -> Verdict:
+def _not_running(logdir: Path, port: int, facts: tensorboard_server.ServerFacts | None, view: Path | None) -> Verdict:
     if facts is not None:
         there = f"port {port} serves {facts.logdir or 'another logdir'}"
     elif not tensorboard_server.port_is_free(port):
@@ -386,7 +393,7 @@ def _not_running(logdir: Path, port: int, facts: tensorboard_server.ServerFacts 
         INFO,
         f"none serves {logdir} ({there}); the checks above do not need one",
         [],
-        f"to view the runs: mftb tensorboard {logdir}",
+        f"to view the runs: {_view_command(view)}" if view else _view_command(view),
     )
 
 
@@ -427,7 +434,9 @@ def run_checks(
     port_given: bool = True,
 ) -> list[Verdict]:
     runs = scan_logdir(logdir) if logdir.is_dir() else []
-    verdicts = [check_event_files(logdir, given, runs)]
+    roots = [] if runs else search_roots(logdir, given)
+    found, view = find_runs_elsewhere(roots)
+    verdicts = [check_event_files(logdir, runs, roots, found, view)]
     if runs:
         verdicts += [
             check_complete_files(logdir, runs),
@@ -436,5 +445,5 @@ def run_checks(
             check_ascii_paths(logdir, runs),
             check_size(logdir, runs, max_gb, max_points, max_runs),
         ]
-    verdicts.append(check_server(logdir, port, runs, port_given))
+    verdicts.append(check_server(logdir, port, runs, port_given, logdir if runs else view))
     return verdicts
