@@ -14,6 +14,7 @@ COMMANDS = (
     "mindformers_tbplugin.commands.train",
     "mindformers_tbplugin.commands.launch",
     "mindformers_tbplugin.commands.validate",
+    "mindformers_tbplugin.commands.migrate",
     "mindformers_tbplugin.commands.schema",
     "mindformers_tbplugin.commands.make_data",
     "mindformers_tbplugin.commands.register_path",

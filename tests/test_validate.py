@@ -261,3 +261,61 @@ def test_help_lists_the_commands_and_the_exit_statuses() -> None:
         "Exit status: 0 training ended, 1 training failed, 2 a problem in the command line or the config, "
         "3 an AlertMonitor rule with action: stop ended training" in " ".join(train.split())
     )
+
+
+# -- MindFormers' own tensorboard: section beside a TensorBoardMonitor ------------------------------
+BUILTIN_AND_MONITOR = """\
+tensorboard:
+    tensorboard_dir: 'worker/tensorboard'
+    log_timers_to_tensorboard: True
+callbacks:
+  - type: TensorBoardMonitor
+    log_dir: /tmp/mftb_tb
+"""
+BUILTIN_WARNING = (
+    "tensorboard (line 1): MindFormers' built-in tensorboard: section is on (tensorboard_dir: worker/tensorboard) "
+    "besides the TensorBoardMonitor at callbacks[0]: both write, tensorboardX into worker/tensorboard/rank_<id> on "
+    "every rank and the monitor its run. Removing the section saves its writer's time at every step: in "
+    "BENCHMARKS.md it made the tiny LLaMA's steps 31.98% longer (31.41 against 20.83 ms; TensorBoardMonitor: "
+    "+1.28%). `mftb migrate CONFIG` removes it and says what each of its options becomes"
+)
+
+
+@pytest.mark.parametrize(
+    ("change", "warned"),
+    [
+        ((), True),
+        (("type: TensorBoardMonitor", "type: TensorBoard"), True),  # the articles' spelling is the same monitor
+        (("    log_timers", "    tensorboard_on: False\n    log_timers"), False),  # the section is off
+        (("'worker/tensorboard'", "''"), False),  # no folder: MindFormers' writer is off
+        (("type: TensorBoardMonitor\n    log_dir: /tmp/mftb_tb", "type: HistogramMonitor"), False),
+    ],
+    ids=["both", "alias", "tensorboard_on false", "no tensorboard_dir", "no monitor"],
+)
+def test_mindformers_tensorboard_section_beside_a_monitor_is_a_warning(
+    tmp_path: Path, change: tuple[str, str], warned: bool
+) -> None:
+    config = tmp_path / "both.yaml"
+    config.write_text(BUILTIN_AND_MONITOR.replace(*change) if change else BUILTIN_AND_MONITOR)
+    report = check_file(config, our_callbacks())
+    assert report.exit_code == 0, report.render()
+    assert [f.render() for f in report.warnings if f.path == "tensorboard"] == ([BUILTIN_WARNING] if warned else [])
+
+
+def test_the_saving_quoted_is_the_one_benchmarks_md_measured() -> None:
+    from mindformers_tbplugin.config.replacements import BUILTIN_COST
+
+    text = (REPO / "BENCHMARKS.md").read_text()
+    table = text[text.index("## End-to-end step time") :]
+
+    def row(variant: str) -> tuple[float, str]:
+        match = re.search(rf"^\| {re.escape(variant)} \| ([0-9.]+) \| [^|]+ \| ([^|]+) \|", table, flags=re.M)
+        assert match, variant
+        return float(match.group(1)), match.group(2).strip()
+
+    assert row("MFLossMonitor only")[0] == BUILTIN_COST["baseline_ms"]
+    assert row("+ MindFormers `tensorboard:` (tensorboardX)") == (
+        BUILTIN_COST["section_ms"],
+        f"+{BUILTIN_COST['section_pct']:.2f}%",
+    )
+    assert row("+ TensorBoardMonitor, log_every 1")[1] == f"+{BUILTIN_COST['monitor_pct']:.2f}%"

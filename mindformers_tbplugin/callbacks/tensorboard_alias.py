@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 from mindformers_tbplugin.callbacks.histogram_monitor import HistogramMonitor
 from mindformers_tbplugin.callbacks.tensorboard_monitor import TensorBoardMonitor
+from mindformers_tbplugin.config import replacements
 from mindformers_tbplugin.config.schema import ConfigError, Problem, Range, check_entry
 from mindformers_tbplugin.framework.trainers import StepEnd, TrainStart
 from mindformers_tbplugin.log import logger
@@ -49,26 +50,7 @@ class TensorBoard(TensorBoardMonitor):
     @classmethod
     def config_notes(cls, arguments: Mapping[str, Any]) -> list[Problem]:
         """What each of the articles' keys became (``mftb validate`` shows these as notes)."""
-        notes = [Problem("type", "TensorBoard is the articles' spelling of TensorBoardMonitor")]
-        if arguments.get("log_dir") is not None:
-            notes.append(Problem("log_dir", "log_dir -> TensorBoardMonitor log_dir"))
-        every = arguments.get("histogram_interval")
-        if every:
-            histograms = f"parameter histograms every {every} epoch(s) (HistogramMonitor every_epochs)"
-            notes.append(Problem("histogram_interval", f"histogram_interval: {every} -> {histograms}"))
-        elif every is not None:
-            notes.append(Problem("histogram_interval", f"histogram_interval: {every} -> no parameter histograms"))
-        if arguments.get("update_time") is not None:
-            notes.append(
-                Problem(
-                    "update_time",
-                    "update_time ignored: it is how often the viewer reloads; use "
-                    f"`mftb tensorboard LOGDIR --reload_interval {arguments['update_time']:g}`",
-                )
-            )
-        if arguments.get("profile") is not None:
-            notes.append(Problem("profile", "profile ignored: profiling is MindSpore's Profiler, not these logs"))
-        return notes
+        return [Problem(key, message) for key, message in replacements.alias_notes(arguments)]
 
     # -- training events: the monitor first (it opens the run), then the histograms ----------------
     def train_started(self, start: TrainStart) -> None:

@@ -29,6 +29,8 @@ COMMON_KEYS = ("type", "auto_register")
 NOTES_HOOK = "config_notes"
 # Above this many parameters, per-step histograms cost a noticeable share of a step.
 LARGE_MODEL_PARAMETERS = 1e9
+# The monitor class (and its subclasses) that MindFormers' built-in tensorboard: section duplicates.
+MONITOR_CLASS = "TensorBoardMonitor"
 
 
 class UnreadableConfig(Exception):
@@ -137,8 +139,23 @@ class _Checker:
                 else:
                     self.report.entries_checked += 1
                     foreign.append((where, entry))
+        self.warn_builtin_writer()
         if foreign:
             self.check_foreign(foreign)
+
+    def warn_builtin_writer(self) -> None:
+        """MindFormers' own tensorboard: section writing besides one of our monitors: both cost."""
+        folder = replacements.builtin_writer_dir(self.document)
+        entries = self.document.get("callbacks")
+        if folder is None or not isinstance(entries, list):
+            return
+        for index, entry in enumerate(entries):
+            name = entry.get("type") if isinstance(entry, dict) else None
+            cls = self.ours.get(name) if isinstance(name, str) else None
+            if cls is not None and MONITOR_CLASS in {c.__name__ for c in cls.__mro__}:
+                message = replacements.builtin_writer_message(folder, f"callbacks[{index}]")
+                self.warn(replacements.BUILTIN_SECTION, message)
+                return
 
     def check_ours(self, where: str, cls: type, entry: dict) -> None:
         params = {p.name: p for p in params_of(cls)}

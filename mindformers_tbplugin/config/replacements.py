@@ -1,7 +1,9 @@
-"""Callback entries that write what TensorBoard cannot open, and the entries to write instead.
+"""Other ways of logging for TensorBoard, and the entries to write instead.
 
 MindSpore's ``SummaryCollector`` (MindFormers registers it as ``SummaryMonitor``; articles also show
 ``- summary_collector: {...}``) writes MindInsight summary files: TensorBoard lists nothing for them.
+MindFormers' built-in writer (the top-level ``tensorboard:`` section) writes tensorboardX files, one
+folder per rank, at a cost on every step.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ import yaml
 SUMMARY_TYPES = ("SummaryCollector", "SummaryMonitor")
 SUMMARY_KEY = "summary_collector"
 SUMMARY_DEFAULT_FREQ = 10  # SummaryCollector's collect_freq default
+# TensorBoardMonitor's aggregate_every default, known here without importing the callbacks (which
+# need MindSpore); tests/test_migrate.py checks it against the class.
+MONITOR_AGGREGATE_EVERY = 10
 
 
 def summary_settings(entry: dict[str, Any]) -> dict[str, Any] | None:
@@ -45,6 +50,9 @@ def replacement_entries(settings: dict[str, Any]) -> list[dict[str, Any]]:
     if isinstance(settings.get("summary_dir"), str) and settings["summary_dir"].strip():
         monitor["log_dir"] = settings["summary_dir"]
     monitor["log_every"] = frequency
+    aggregate_every = aggregate_every_for(frequency)
+    if aggregate_every is not None:
+        monitor["aggregate_every"] = aggregate_every
     entries = [monitor]
     if collects_parameters(settings):
         tensor_frequency = settings.get("collect_tensor_freq")
@@ -60,4 +68,132 @@ def summary_replacement_message(settings: dict[str, Any]) -> str:
     return (
         "SummaryCollector writes MindInsight summary files, which TensorBoard cannot open (it shows no runs); "
         f"replace this entry with:\n{listing}"
+    )
+
+
+# SummaryCollector arguments that replacement_entries() carries over, and what they become.
+SUMMARY_MAPPED = {
+    "summary_dir": "TensorBoardMonitor log_dir",
+    "collect_freq": "TensorBoardMonitor log_every",
+    "collect_tensor_freq": "HistogramMonitor every_steps",
+    "keep_default_action": "whether a HistogramMonitor is written (parameter histograms)",
+}
+# collect_specified_data keys whose data TensorBoardMonitor writes by default.
+SUMMARY_COVERED = {
+    "collect_metric": "train/loss is always written",
+    "collect_graph": "log_graph (on by default) writes the cell graph",
+    "collect_train_lineage": "log_hparams and log_config (on by default) write the hyperparameters and the config",
+    "collect_eval_lineage": "log_eval (on by default) writes the evaluation results",
+}
+
+
+def summary_option_fates(settings: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    """``({key: what it becomes}, {key: why it has no equivalent})`` for a SummaryCollector's arguments;
+    keys inside ``collect_specified_data`` are written ``collect_specified_data.<key>``."""
+    mapped: dict[str, str] = {}
+    unmapped: dict[str, str] = {}
+    for key, value in settings.items():
+        if key in SUMMARY_MAPPED:
+            mapped[key] = SUMMARY_MAPPED[key]
+        elif key == "collect_specified_data" and isinstance(value, dict):
+            for inner in value:
+                name = f"{key}.{inner}"
+                if inner in SUMMARY_COVERED:
+                    mapped[name] = SUMMARY_COVERED[inner]
+                elif inner == "histogram_regular":
+                    unmapped[name] = (
+                        "a regular expression; HistogramMonitor's include takes shell-style patterns "
+                        "(e.g. '*attention*'): write them yourself"
+                    )
+                else:
+                    unmapped[name] = "no TensorBoardMonitor equivalent (MindInsight only)"
+        else:
+            unmapped[key] = "no TensorBoardMonitor equivalent (MindInsight only)"
+    return mapped, unmapped
+
+
+def aggregate_every_for(log_every: int) -> int | None:
+    """An ``aggregate_every`` for a monitor writing every ``log_every`` steps: None when the default
+    already is a multiple of it, else the smallest multiple of ``log_every`` from the default up."""
+    if MONITOR_AGGREGATE_EVERY % log_every == 0:
+        return None
+    return -(-MONITOR_AGGREGATE_EVERY // log_every) * log_every
+
+
+# -- the articles' ``type: TensorBoard`` ------------------------------------------------------------
+# Its keys beyond TensorBoardMonitor's options (tests/test_migrate.py checks them against the class).
+ALIAS_KEYS = ("histogram_interval", "update_time", "profile")
+
+
+def alias_notes(arguments: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(key, what it became)`` for the articles' keys of a ``type: TensorBoard`` entry."""
+    notes = [("type", "TensorBoard is the articles' spelling of TensorBoardMonitor")]
+    if arguments.get("log_dir") is not None:
+        notes.append(("log_dir", "log_dir -> TensorBoardMonitor log_dir"))
+    every = arguments.get("histogram_interval")
+    if every:
+        histograms = f"parameter histograms every {every} epoch(s) (HistogramMonitor every_epochs)"
+        notes.append(("histogram_interval", f"histogram_interval: {every} -> {histograms}"))
+    elif every is not None:
+        notes.append(("histogram_interval", f"histogram_interval: {every} -> no parameter histograms"))
+    if arguments.get("update_time") is not None:
+        notes.append(
+            (
+                "update_time",
+                "update_time ignored: it is how often the viewer reloads; use "
+                f"`mftb tensorboard LOGDIR --reload_interval {arguments['update_time']:g}`",
+            )
+        )
+    if arguments.get("profile") is not None:
+        notes.append(("profile", "profile ignored: profiling is MindSpore's Profiler, not these logs"))
+    return notes
+
+
+# -- MindFormers' built-in writer: the top-level ``tensorboard:`` section ---------------------------
+BUILTIN_SECTION = "tensorboard"
+# Section keys with a TensorBoardMonitor option.
+BUILTIN_OPTIONS = {"tensorboard_dir": "log_dir", "tensorboard_log_interval": "log_every"}
+# Section keys whose scalars TensorBoardMonitor always writes: nothing to set.
+BUILTIN_ALWAYS = {
+    "log_loss_scale_to_tensorboard": "always written: train/loss_scale and train/overflow",
+    "log_timers_to_tensorboard": (
+        "always written: perf/step_time_ms, perf/samples_per_s and perf/tokens_per_s "
+        "(its B-samples-per-day has no equivalent)"
+    ),
+    "tensorboard_on": "TensorBoardMonitor is on by being in callbacks:",
+}
+# Section keys without an equivalent, and why.
+BUILTIN_NONE = {
+    "tensorboard_queue_size": (
+        "tensorboardX's write-out threshold; TensorBoardMonitor's writer thread never holds up a step "
+        "and writes out every flush_secs (5 s)"
+    ),
+    "log_expert_load_to_tensorboard": "MoE expert load is not written by TensorBoardMonitor",
+}
+# What removing the section saves: BENCHMARKS.md, "End-to-end step time" (tiny LLaMA, CPU, 1 rank),
+# median ms per step without any TensorBoard writer, with the section, and the slowdowns (%) of the
+# section and of TensorBoardMonitor. tests/test_validate.py checks them against BENCHMARKS.md.
+BUILTIN_COST = {"baseline_ms": 20.83, "section_ms": 31.41, "section_pct": 31.98, "monitor_pct": 1.28}
+
+
+def builtin_writer_dir(document: dict[str, Any]) -> str | None:
+    """The section's ``tensorboard_dir`` when MindFormers' writer is on (a non-empty string, and not
+    ``tensorboard_on: false``), else None."""
+    section = document.get(BUILTIN_SECTION)
+    if not isinstance(section, dict) or section.get("tensorboard_on") is False:
+        return None
+    folder = section.get("tensorboard_dir")
+    return folder if isinstance(folder, str) and folder.strip() else None
+
+
+def builtin_writer_message(folder: str, monitor: str) -> str:
+    """``mftb validate``'s warning when the section writes besides a TensorBoardMonitor at ``monitor``."""
+    cost = BUILTIN_COST
+    return (
+        f"MindFormers' built-in tensorboard: section is on (tensorboard_dir: {folder}) besides the "
+        f"TensorBoardMonitor at {monitor}: both write, tensorboardX into {folder.rstrip('/')}/rank_<id> on every "
+        "rank and the monitor its run. Removing the section saves its writer's time at every step: in "
+        f"BENCHMARKS.md it made the tiny LLaMA's steps {cost['section_pct']:.2f}% longer ({cost['section_ms']:.2f} "
+        f"against {cost['baseline_ms']:.2f} ms; TensorBoardMonitor: +{cost['monitor_pct']:.2f}%). "
+        "`mftb migrate CONFIG` removes it and says what each of its options becomes"
     )

@@ -1,0 +1,439 @@
+"""`mftb migrate`: configs that log through MindFormers' own `tensorboard:` section, the articles'
+`type: TensorBoard` or a SummaryCollector entry, rewritten with TensorBoardMonitor entries. Real
+`mftb migrate` processes on the bundled configs (with those added), on MindFormers' published Qwen3
+finetune config with the sections its guide adds, and on hand-written entries. Every line that is not
+migrated must come out byte for byte, and the result must pass `mftb validate`."""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import MFTB, REPO, subprocess_env
+
+from mindformers_tbplugin.callbacks.catalog import our_callbacks
+from mindformers_tbplugin.config import replacements
+from mindformers_tbplugin.config.checker import check_file
+from mindformers_tbplugin.config.schema import params_of
+
+BUNDLED = sorted((REPO / "configs").glob("*/*.yaml"))
+QWEN3 = Path(__file__).resolve().parent / "migrate_configs" / "finetune_qwen3_tensorboard.yaml"
+# The section as MindFormers' documentation shows it.
+SECTION = (
+    "tensorboard:\n"
+    "    tensorboard_dir: 'worker/tensorboard'\n"
+    "    tensorboard_queue_size: 10\n"
+    "    log_loss_scale_to_tensorboard: True\n"
+    "    log_timers_to_tensorboard: True\n"
+)
+
+
+def migrate(*args: object, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [MFTB, "migrate", *map(str, args)], cwd=cwd, env=subprocess_env(), capture_output=True, text=True, timeout=120
+    )
+
+
+def changed_lines(before: str, after: str) -> tuple[list[str], list[str]]:
+    """(lines only in ``before``, lines only in ``after``); every other line is in both, byte for byte."""
+    old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    removed: list[str] = []
+    added: list[str] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag != "equal":
+            removed += old[i1:i2]
+            added += new[j1:j2]
+    return removed, added
+
+
+def with_section(text: str) -> str:
+    """A config with MindFormers' section added right above its callbacks."""
+    assert text.count("\n\ncallbacks:\n") == 1
+    return text.replace("\n\ncallbacks:\n", f"\n\n{SECTION}\ncallbacks:\n")
+
+
+def validate_ours(path: Path) -> list[str]:
+    """Errors and warnings of `mftb validate` for a config holding only this package's callbacks."""
+    report = check_file(path, our_callbacks())
+    return [f.render() for f in report.errors + report.warnings]
+
+
+# -- the bundled configs ----------------------------------------------------------------------------
+@pytest.mark.parametrize("config", BUNDLED, ids=lambda p: p.name)
+def test_a_bundled_config_with_the_section_added_migrates_back_to_itself(config: Path, tmp_path: Path) -> None:
+    source = tmp_path / "with_section.yaml"
+    source.write_text(with_section(config.read_text()))
+    result = migrate(source, "-o", tmp_path / "out.yaml")
+    assert result.returncode == 0, result.stderr
+    # The config already has its TensorBoardMonitor: removing the section gives back the file, every byte.
+    assert (tmp_path / "out.yaml").read_bytes() == config.read_bytes()
+    listing = result.stdout
+    line = source.read_text().splitlines().index("tensorboard:") + 1
+    assert f"  tensorboard (line {line}): removed: MindFormers' built-in writer" in listing
+    assert re.search(
+        rf"  no equivalent: tensorboard.tensorboard_dir \(line {line + 1}\): not carried: callbacks\[\d\] is a "
+        r"TensorBoardMonitor; add log_dir: 'worker/tensorboard' to it to keep this",
+        listing,
+    )
+    assert (
+        f"  mapped: tensorboard.log_loss_scale_to_tensorboard (line {line + 3}): -> always written: "
+        "train/loss_scale and train/overflow"
+    ) in listing
+    assert f"  no equivalent: tensorboard.tensorboard_queue_size (line {line + 2}): tensorboardX's" in listing
+
+
+@pytest.mark.parametrize("config", BUNDLED, ids=lambda p: p.name)
+def test_a_bundled_config_with_type_tensorboard_migrates_back_to_itself(config: Path, tmp_path: Path) -> None:
+    text = config.read_text()
+    entry = "  - type: TensorBoardMonitor\n"
+    assert text.count(entry) == 1
+    source = tmp_path / "articles.yaml"
+    source.write_text(text.replace(entry, "  - type: TensorBoard\n    update_time: 60   # seconds\n    profile: 0\n"))
+    result = migrate(source, "-o", tmp_path / "out.yaml")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out.yaml").read_bytes() == config.read_bytes()
+    assert "`mftb tensorboard LOGDIR --reload_interval 60`" in result.stdout
+    assert "no equivalent: callbacks[" in result.stdout and ".profile (line " in result.stdout
+
+
+@pytest.mark.parametrize("config", BUNDLED, ids=lambda p: p.name)
+def test_a_summary_collector_beside_the_monitor_goes_without_a_trace(config: Path, tmp_path: Path) -> None:
+    text = config.read_text()
+    first = "callbacks:\n  - type: MFLossMonitor\n"
+    collector = "  - summary_collector:\n      summary_dir: './summary_dir'\n      keep_default_action: False\n"
+    source = tmp_path / "summary.yaml"
+    source.write_text(text.replace(first, first + collector))
+    result = migrate(source, "-o", tmp_path / "out.yaml")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out.yaml").read_bytes() == config.read_bytes()
+    assert re.search(r"callbacks\[1\] \(line \d+\): SummaryCollector entry replaced by nothing", result.stdout)
+    assert re.search(r"summary_collector.summary_dir \(line \d+\): not carried: callbacks\[\d\] is a", result.stdout)
+
+
+def test_the_diff_shows_only_the_section_and_nothing_is_written(tmp_path: Path) -> None:
+    config = REPO / "configs" / "tiny" / "llama_tiny_cpu.yaml"
+    source = tmp_path / "tiny.yaml"
+    source.write_text(with_section(config.read_text()))
+    before = sorted(tmp_path.iterdir())
+    result = migrate(source)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"--- {source}\n+++ {source} (migrated)\n@@ ")
+    body = result.stdout.splitlines(keepends=True)[2:]
+    assert [line[1:] for line in body if line.startswith("-")] == [*SECTION.splitlines(keepends=True), "\n"]
+    assert not [line for line in body if line.startswith("+")]
+    assert "tensorboard (line 67): removed" in result.stderr  # the listing goes to stderr
+    assert sorted(tmp_path.iterdir()) == before and source.read_text() == with_section(config.read_text())
+
+
+# -- MindFormers' published finetune config ---------------------------------------------------------
+FINETUNE_ADDED = [
+    "  - type: TensorBoardMonitor  # replaces the tensorboard: section\n",
+    "    log_dir: 'worker/tensorboard'\n",
+]
+
+
+def test_mindformers_finetune_config_diff_and_listing(tmp_path: Path) -> None:
+    result = migrate(QWEN3)
+    assert result.returncode == 0, result.stderr
+    body = result.stdout.splitlines(keepends=True)[2:]
+    assert [line[1:] for line in body if line.startswith("-")] == [*SECTION.splitlines(keepends=True), "\n"]
+    assert [line[1:] for line in body if line.startswith("+")] == FINETUNE_ADDED
+    out = tmp_path / "out.yaml"
+    assert migrate(QWEN3, "-o", out).returncode == 0
+    assert changed_lines(QWEN3.read_text(), out.read_text()) == (
+        [*SECTION.splitlines(keepends=True), "\n"],
+        FINETUNE_ADDED,
+    )
+    # The new entry follows the list's last one, before the blank line that ends the list.
+    last = '    checkpoint_format: "safetensors"  # Format for saving checkpoints\n'
+    assert f"{last}{''.join(FINETUNE_ADDED)}\n# Wrapper cell configuration\n" in out.read_text()
+    listing = result.stderr
+    for expected in [
+        "tensorboard (line 168): removed: MindFormers' built-in writer (tensorboardX, a folder per rank)",
+        "callbacks (line 175): TensorBoardMonitor added at callbacks[2], in place of the section",
+        "mapped: tensorboard.tensorboard_dir (line 169): -> log_dir: 'worker/tensorboard' (runs in "
+        "worker/tensorboard/<experiment>_<timestamp>/: one for the job, not per rank)",
+        "mapped: tensorboard.log_timers_to_tensorboard (line 172): -> always written: perf/step_time_ms, "
+        "perf/samples_per_s and perf/tokens_per_s (its B-samples-per-day has no equivalent)",
+        "no equivalent: tensorboard.tensorboard_queue_size (line 170): tensorboardX's write-out threshold",
+        "no equivalent: monitor_config.local_loss_format (line 156): the local loss of each micro batch: not "
+        "written by TensorBoardMonitor; without the tensorboard: section MindFormers logs it instead",
+        "no equivalent: monitor_config.device_local_norm_format (line 159): each device's local gradient norm",
+    ]:
+        assert f"  {expected}" in listing, listing
+
+
+def test_weight_state_format_becomes_param_norm_every(tmp_path: Path) -> None:
+    text = QWEN3.read_text().replace("    weight_state_format: null\n", "    weight_state_format: ['tensorboard']\n")
+    source = tmp_path / "weights.yaml"
+    source.write_text(text.replace("    step_interval: 1\n", "    step_interval: 5\n"))
+    result = migrate(source, "-o", tmp_path / "out.yaml")
+    assert result.returncode == 0, result.stderr
+    assert changed_lines(source.read_text(), (tmp_path / "out.yaml").read_text())[1] == [
+        *FINETUNE_ADDED,
+        "    param_norm_every: 5\n",
+    ]
+    assert "mapped: monitor_config.weight_state_format (line 161): -> param_norm_every: 5 (train/param_norm" in (
+        result.stdout
+    )
+
+
+@pytest.mark.slow
+def test_the_results_pass_mftb_validate(tmp_path: Path) -> None:
+    """`mftb validate` warns about the section beside a monitor; every migrated file is valid."""
+    sources = [QWEN3]
+    for config in BUNDLED:
+        sources.append(tmp_path / f"with_section_{config.name}")
+        sources[-1].write_text(with_section(config.read_text()))
+    result = subprocess.run([MFTB, "validate", str(sources[1])], env=subprocess_env(), capture_output=True, text=True)
+    assert result.returncode == 0 and "warning: tensorboard (line " in result.stdout, result.stdout
+    outputs = []
+    for index, source in enumerate(sources):
+        outputs.append(tmp_path / f"out{index}.yaml")
+        assert migrate(source, "-o", outputs[-1]).returncode == 0
+    in_place = tmp_path / "in_place.yaml"
+    shutil.copy(QWEN3, in_place)
+    assert migrate(in_place, "--in-place").returncode == 0
+    assert in_place.read_bytes() == outputs[0].read_bytes()
+    result = subprocess.run(
+        [MFTB, "validate", *map(str, [*outputs, in_place])], env=subprocess_env(), capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count(": OK (") == len(outputs) + 1 and "warning:" not in result.stdout, result.stdout
+
+
+# -- hand-written entries ---------------------------------------------------------------------------
+ARTICLES = """\
+# an article's snippet
+callbacks:
+  - histogram_interval: 2      # every 2 epochs
+    # the articles' spelling
+    type: "TensorBoard"
+    log_dir: ./tb_logs/llm_finetune
+    update_time: 60
+    profile: 0
+    experiment: llm   # ours too
+  - {type: TensorBoard, log_dir: ./tb_logs/other, update_time: 3}
+runner_config:
+  epochs: 2
+"""
+ARTICLES_MIGRATED = """\
+# an article's snippet
+callbacks:
+  # the articles' spelling
+  - type: "TensorBoardMonitor"
+    log_dir: ./tb_logs/llm_finetune
+    experiment: llm   # ours too
+  - type: HistogramMonitor
+    every_steps: 0
+    every_epochs: 2
+  - type: TensorBoardMonitor
+    log_dir: ./tb_logs/other
+runner_config:
+  epochs: 2
+"""
+
+
+def test_type_tensorboard_entries_keep_their_comments(tmp_path: Path) -> None:
+    source = tmp_path / "articles.yaml"
+    source.write_text(ARTICLES)
+    result = migrate(source, "--in-place")
+    assert result.returncode == 0, result.stderr
+    assert source.read_text() == ARTICLES_MIGRATED
+    for expected in [
+        "callbacks[0].type (line 5): type: TensorBoard -> TensorBoardMonitor, its other keys kept as they are",
+        "mapped: callbacks[0].histogram_interval (line 3): -> a HistogramMonitor entry after it, every_epochs: 2",
+        "no equivalent: callbacks[0].update_time (line 7): update_time ignored: it is how often the viewer reloads; "
+        "use `mftb tensorboard LOGDIR --reload_interval 60`",
+        "no equivalent: callbacks[0].profile (line 8): profile ignored: profiling is MindSpore's Profiler",
+        "no equivalent: callbacks[1].update_time (line 10): update_time ignored",
+    ]:
+        assert f"  {expected}" in result.stdout, result.stdout
+    assert validate_ours(source) == []
+
+
+SUMMARY = """\
+callbacks:
+  # MindInsight, from an article
+  - summary_collector:
+      summary_dir: './summary_dir'   # where the summaries went
+      collect_freq: 3
+      collect_specified_data: {collect_graph: True, histogram_regular: 'layers'}
+      export_options: null
+eval_callbacks:
+  - type: SummaryCollector
+    summary_dir: /tmp/eval_summary
+    keep_default_action: False
+"""
+SUMMARY_MIGRATED = """\
+callbacks:
+  # MindInsight, from an article
+  - type: TensorBoardMonitor
+    log_dir: './summary_dir'
+    log_every: 3
+    aggregate_every: 12
+  - type: HistogramMonitor
+    every_steps: 3
+eval_callbacks:
+"""
+
+
+def test_summary_collector_entries_become_monitor_entries(tmp_path: Path) -> None:
+    source = tmp_path / "summary.yaml"
+    source.write_text(SUMMARY)
+    result = migrate(source, "-o", tmp_path / "out.yaml")
+    assert result.returncode == 0, result.stderr
+    out = (tmp_path / "out.yaml").read_text()
+    assert out == SUMMARY_MIGRATED  # every entry of eval_callbacks gone: the key stays, empty
+    for expected in [
+        "callbacks[0] (line 3): SummaryCollector entry replaced by TensorBoardMonitor + HistogramMonitor",
+        "mapped: callbacks[0].summary_collector.summary_dir (line 4): -> TensorBoardMonitor log_dir",
+        "mapped: callbacks[0].summary_collector.collect_freq (line 5): -> TensorBoardMonitor log_every",
+        "mapped: callbacks[0].summary_collector.collect_specified_data.collect_graph (line 6): -> log_graph",
+        "no equivalent: callbacks[0].summary_collector.collect_specified_data.histogram_regular (line 6): a regular "
+        "expression; HistogramMonitor's include takes shell-style patterns",
+        "no equivalent: callbacks[0].summary_collector.export_options (line 7): no TensorBoardMonitor equivalent",
+        "eval_callbacks[0] (line 9): SummaryCollector entry replaced by nothing (callbacks[0] writes the runs)",
+        "no equivalent: eval_callbacks[0].summary_dir (line 10): not carried: callbacks[0] is a TensorBoardMonitor",
+    ]:
+        assert f"  {expected}" in result.stdout, result.stdout
+    assert validate_ours(tmp_path / "out.yaml") == []
+
+
+@pytest.mark.parametrize("callbacks", ["", "callbacks:\n", "callbacks: []\n"], ids=["none", "empty", "[]"])
+def test_a_section_without_callbacks_gets_a_list(tmp_path: Path, callbacks: str) -> None:
+    source = tmp_path / "bare.yaml"
+    source.write_text(f"seed: 0\n{callbacks}tensorboard:\n  tensorboard_dir: /tmp/tb\n  tensorboard_log_interval: 4\n")
+    assert migrate(source, "--in-place").returncode == 0
+    assert source.read_text() == (
+        "seed: 0\ncallbacks:\n  - type: TensorBoardMonitor  # replaces the tensorboard: section\n    log_dir: /tmp/tb\n"
+        "    log_every: 4\n    aggregate_every: 12\n"
+    )
+    assert validate_ours(source) == []
+
+
+def test_windows_line_endings_stay(tmp_path: Path) -> None:
+    source = tmp_path / "crlf.yaml"
+    source.write_bytes(b"seed: 0\r\ntensorboard:\r\n  tensorboard_dir: tb\r\ncallbacks:\r\n  - type: TensorBoard\r\n")
+    assert migrate(source, "--in-place").returncode == 0
+    assert source.read_bytes() == b"seed: 0\r\ncallbacks:\r\n  - type: TensorBoardMonitor\r\n"
+
+
+def test_a_section_that_wrote_nothing_is_removed_without_a_monitor(tmp_path: Path) -> None:
+    source = tmp_path / "off.yaml"
+    source.write_text("tensorboard:\n  tensorboard_on: False\n  tensorboard_dir: tb\ncallbacks:\n  - type: X\n")
+    result = migrate(source, "--in-place")
+    assert result.returncode == 0, result.stderr
+    assert source.read_text() == "callbacks:\n  - type: X\n"
+    assert "tensorboard (line 1): removed; it wrote nothing" in result.stdout
+
+
+# -- mistakes: a clear message, exit status 2, no traceback, nothing written -------------------------
+@pytest.mark.parametrize(
+    ("content", "args", "message"),
+    [
+        (None, [], "file not found: {config}"),
+        (b"\x00\x01binary", [], "{config} is a binary file (it contains NUL bytes), not YAML text"),
+        (b"callbacks: [\n", [], "YAML syntax error (line 2, column 1)"),
+        (b"- a\n- b\n", [], "{config}: expected a MindFormers config (a YAML mapping at the top level)"),
+        (
+            b"callbacks:\n  - type: MFLossMonitor\n",
+            [],
+            "{config}: nothing to migrate: no tensorboard: section, no type: TensorBoard entry and no "
+            "SummaryCollector entry (summary_collector:, type: SummaryCollector or SummaryMonitor)",
+        ),
+        (SECTION.encode(), ["-o", "{out}", "--in-place"], "give either -o OUT or --in-place, not both"),
+        (
+            b"callbacks: [{type: TensorBoard, log_dir: tb}]\n",
+            ["-o", "{out}"],
+            "{config}: callbacks (line 1) is not a block list; write it as one ('- type: ...' per entry) and run again",
+        ),
+        (
+            b"callbacks: &all\n  - type: TensorBoard\n    log_dir: tb\neval_callbacks: *all\n",
+            [],
+            "{config}: eval_callbacks (line 4) is an alias of a list written elsewhere; write the list out under it",
+        ),
+        (
+            b"base: &b\n  log_dir: tb\ncallbacks:\n  - type: TensorBoard\n    <<: *b\n",
+            [],
+            "{config}: callbacks[0] (line 4) takes keys from a merge key (<<); write them out in the entry",
+        ),
+    ],
+    ids=["missing", "binary", "syntax", "not a mapping", "nothing", "both outputs", "flow list", "alias", "merge"],
+)
+def test_mistakes_exit_2_with_a_message(tmp_path: Path, content: bytes | None, args: list[str], message: str) -> None:
+    config, out = tmp_path / "config.yaml", tmp_path / "out.yaml"
+    if content is not None:
+        config.write_bytes(content)
+    result = migrate(config, *(arg.format(out=out) for arg in args))
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"mftb migrate: error: {message.format(config=config)}"), result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    assert not out.exists()
+    assert content is None or config.read_bytes() == content
+
+
+# -- what the rewrite knows without importing the callbacks ------------------------------------------
+def test_the_tables_agree_with_the_classes_and_mindformers() -> None:
+    from mindformers_tbplugin.callbacks import TensorBoardMonitor
+    from mindformers_tbplugin.callbacks.tensorboard_alias import TensorBoard
+
+    monitor = {p.name: p.default for p in params_of(TensorBoardMonitor)}
+    assert monitor["aggregate_every"] == replacements.MONITOR_AGGREGATE_EVERY
+    assert set(replacements.ALIAS_KEYS) == {p.name for p in params_of(TensorBoard)} - set(monitor)
+    assert set(replacements.BUILTIN_OPTIONS.values()) <= set(monitor)
+    # Every switch MindFormers' writer reads from the section has a line in the tables.
+    spec = importlib.util.find_spec("mindformers")
+    if spec is None or spec.origin is None:
+        pytest.skip("no MindFormers installed")
+    source = Path(spec.origin).parent / "utils" / "tensorboard.py"
+    switches = re.search(r"_GLOBAL_TENSORBOARD_WRITER_ARGS = \{(.*?)\}", source.read_text(), flags=re.S).group(1)
+    known = {*replacements.BUILTIN_OPTIONS, *replacements.BUILTIN_ALWAYS, *replacements.BUILTIN_NONE}
+    assert set(re.findall(r"'(\w+)'", switches)) | {"tensorboard_dir", "tensorboard_queue_size"} <= known
+
+
+def test_mftb_migrate_needs_no_mindspore(tmp_path: Path) -> None:
+    code = (
+        "import sys; from mindformers_tbplugin.cli import main; "
+        f"status = main(['migrate', {str(QWEN3)!r}, '-o', {str(tmp_path / 'out.yaml')!r}]); "
+        "assert status == 0 and 'mindspore' not in sys.modules and 'mindformers' not in sys.modules"
+    )
+    result = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_writing_keeps_links_pipes_and_file_modes(tmp_path: Path) -> None:
+    real, link = tmp_path / "real.yaml", tmp_path / "link.yaml"
+    shutil.copy(QWEN3, real)
+    link.symlink_to(real)
+    assert migrate(link, "--in-place").returncode == 0
+    assert link.is_symlink() and "\ntensorboard:\n" not in real.read_text()
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(pipe.read_bytes()))
+    reader.start()
+    result = migrate(QWEN3, "-o", pipe)
+    reader.join(timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert stat.S_ISFIFO(pipe.stat().st_mode) and received == [real.read_bytes()]
+    fresh, reference = tmp_path / "fresh.yaml", tmp_path / "reference.yaml"
+    reference.write_text("")
+    assert migrate(QWEN3, "-o", fresh).returncode == 0
+    assert stat.S_IMODE(fresh.stat().st_mode) == stat.S_IMODE(reference.stat().st_mode)  # as open() makes files
+
+
+def test_an_output_folder_that_does_not_exist_is_a_clear_error(tmp_path: Path) -> None:
+    out = tmp_path / "missing" / "out.yaml"
+    result = migrate(QWEN3, "-o", out)
+    assert result.returncode == 2 and not out.parent.exists()
+    assert result.stderr == f"mftb migrate: error: cannot write {out}: No such file or directory\n"
