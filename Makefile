@@ -2,6 +2,9 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Two install stamps: RUNTIME is the package with the pinned framework (what `make demo` needs);
+# INSTALLED adds the test extras (pytest, ruff, tensorboardX, jsonschema, selenium) for test, lint and bench.
+RUNTIME := $(VENV)/.runtime
 INSTALLED := $(VENV)/.installed
 DEMO_CONFIG := configs/tiny/llama_tiny_cpu.yaml
 DEMO_LOGS := $(CURDIR)/output/tensorboard
@@ -14,13 +17,17 @@ install: $(INSTALLED)
 # pins a known-good pair here.
 DEV_FRAMEWORK := mindspore==2.9.0 mindformers==1.9.0
 
-$(INSTALLED): pyproject.toml
+$(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e . $(DEV_FRAMEWORK)
+	touch $@
+
+$(INSTALLED): $(RUNTIME)
 	$(BIN)/python -m pip install --quiet -e '.[test]' $(DEV_FRAMEWORK)
 	touch $@
 
-demo: $(INSTALLED)
+demo: $(RUNTIME)
 	$(BIN)/mftb make-data --output output/data/tiny.mindrecord
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/mftb train --config $(DEMO_CONFIG)
 	@run=$$(ls -td $(DEMO_LOGS)/llama_tiny_* | head -n 1); \
@@ -41,13 +48,16 @@ test: lint browser
 test-fast: $(INSTALLED)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -m "not slow"
 
-# Headless Chromium for tests/test_browser.py: installed with apt-get when we are root; otherwise that test skips.
+# Headless Chromium for tests/test_browser.py: installed with apt-get when we are root (said first); otherwise
+# that test skips.
 browser:
 	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && { apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; } >/dev/null 2>&1; then \
-		echo "browser: installed chromium and chromium-driver for the browser test"; \
-	else echo "browser: NOTE: could not install chromium + chromium-driver (needs root and apt-get): the browser test will SKIP"; fi
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "browser: installing chromium and chromium-driver with apt-get for the browser test (it skips without them)"; \
+		if { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; } \
+			>/dev/null 2>&1; then echo "browser: installed chromium and chromium-driver"; \
+		else echo "browser: NOTE: apt-get could not install chromium + chromium-driver: the browser test will SKIP"; fi; \
+	else echo "browser: NOTE: no chromium + chromium-driver, and installing them needs root and apt-get: the browser test will SKIP"; fi
 
 # Regenerates the README's picture: a tiny training shown by `mftb tensorboard` in headless Chromium.
 screenshot: $(INSTALLED) browser
