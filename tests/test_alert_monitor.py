@@ -30,7 +30,11 @@ def diverged_run(tmp_path_factory: pytest.TempPathFactory, tiny_data: Path) -> T
         {"type": "TensorBoardMonitor", "log_dir": str(folder / "tb"), "experiment": "diverged"},
         {
             "type": "AlertMonitor",
-            "rules": [{"rule": "nonfinite", "action": "stop"}, {"rule": "spike", "tag": "train/loss", "k": 6}],
+            "rules": [
+                {"rule": "nonfinite", "action": "stop"},
+                {"rule": "spike", "tag": "train/loss", "k": 6},
+                {"rule": "threshold", "tag": "custom/never_written", "above": 1.0},  # nothing writes it
+            ],
             "sinks": ["log", "tensorboard", {"jsonl": str(folder / "alerts.jsonl")}],
         },
         {
@@ -60,6 +64,18 @@ def test_nonfinite_stop_ends_training_at_the_alerting_step(diverged_run: Trainin
     assert "AlertMonitor: stopping training after step 2 (nonfinite: train/loss)" in diverged_run.output
     run_name = diverged_run.run_dir.name  # as mftb watch names it (test_watch_once_over_our_runs)
     assert f"ALERT [critical] nonfinite run={run_name} tag=train/loss step=2" in diverged_run.output
+
+
+def test_it_says_at_start_what_it_watches_and_at_the_end_what_nothing_wrote(diverged_run: TrainingRun) -> None:
+    jsonl = diverged_run.folder / "alerts.jsonl"
+    assert (
+        "AlertMonitor: rules nonfinite on train/loss, train/grad_norm (stop); spike on train/loss (warn); "
+        f"threshold on custom/never_written (warn); alerts to log, tensorboard, jsonl {jsonl}"
+    ) in diverged_run.output
+    assert (
+        "AlertMonitor: the rules watched custom/never_written, which nothing wrote in this training; check"
+    ) in diverged_run.output
+    assert "the rules watched train/grad_norm" not in diverged_run.output  # a default tag: no clipping, no norm
 
 
 def test_mftb_train_exits_with_its_alert_status_naming_the_rule(diverged_run: TrainingRun) -> None:

@@ -211,6 +211,22 @@ def test_histograms_that_never_come_due_are_flagged(tmp_path: Path) -> None:
     ]
 
 
+def test_an_alert_rule_on_a_misspelt_tag_is_flagged_and_a_custom_one_noted(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"callbacks:\n  - type: TensorBoardMonitor\n    log_dir: {tmp_path}/tb\n  - type: AlertMonitor\n"
+        "    rules:\n      - {rule: spike, tag: train/los}\n      - {rule: threshold, tag: router/aux, above: 3}\n"
+    )
+    report = check_file(config, our_callbacks())
+    assert [f.render() for f in report.warnings] == [
+        "callbacks[1].rules[0].tag (line 6): no monitor writes 'train/los'; did you mean 'train/loss'?"
+    ]
+    assert (
+        "callbacks[1].rules[1].tag (line 7): 'router/aux' is not a tag TensorBoardMonitor writes itself: "
+        "extra_metrics or log_scalars must"
+    ) in [f.render() for f in report.notes]
+
+
 def test_a_written_log_dir_wins_over_the_launchers_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # scripts/msrun_launch.sh exports MFTB_LOG_DIR: the folder of the entries that set no log_dir.
     monkeypatch.setenv("MFTB_LOG_DIR", str(tmp_path / "shared"))

@@ -57,17 +57,27 @@ class Sink(abc.ABC):
     @abc.abstractmethod
     def emit(self, alert: Alert) -> None: ...
 
+    label = "sink"
+
     def close(self, timeout: float = 5.0) -> None:  # noqa: B027 - most sinks hold nothing
         """Deliver what is pending (waiting at most ``timeout`` seconds)."""
 
+    def describe(self) -> str:
+        """Where the alerts go, for the line AlertMonitor logs at start (secrets masked)."""
+        return self.label
+
 
 class LogSink(Sink):
+    label = "log"
+
     def emit(self, alert: Alert) -> None:
         logger.warning(format_alert(alert))
 
 
 class TensorBoardSink(Sink):
     """``alerts/<rule>`` = 1 at the alert's step, and the message under ``alerts/messages`` (Text tab)."""
+
+    label = "tensorboard"
 
     def emit(self, alert: Alert) -> None:
         from mindformers_tbplugin.pipeline.custom_metrics import log_scalars, log_text
@@ -78,8 +88,6 @@ class TensorBoardSink(Sink):
 
 class BackgroundSink(Sink):
     """Delivers alerts on its own daemon thread, started at the first alert."""
-
-    label = "sink"
 
     def __init__(self) -> None:
         self._queue: deque[Alert | None] = deque(maxlen=QUEUE_LIMIT)
@@ -131,6 +139,9 @@ class JsonlSink(BackgroundSink):
         super().__init__()
         self.path = Path(path).expanduser().absolute()
 
+    def describe(self) -> str:
+        return f"jsonl {self.path}"
+
     def deliver(self, alert: Alert) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -149,6 +160,9 @@ class CommandSink(BackgroundSink):
         super().__init__()
         self.argv = list(argv)
         self._children: list[subprocess.Popen] = []
+
+    def describe(self) -> str:
+        return f"command {self.argv[0]}"
 
     def fill(self, alert: Alert) -> list[str]:
         fields = {name: str(getattr(alert, name)) for name in PLACEHOLDERS}
@@ -194,6 +208,9 @@ class WebhookSink(BackgroundSink):
         super().__init__()
         self.url = url
         self.timeout = timeout
+
+    def describe(self) -> str:
+        return f"webhook {mask_url(self.url)}"
 
     def deliver(self, alert: Alert) -> None:
         body = json.dumps(alert.as_dict(), ensure_ascii=False).encode("utf-8")

@@ -8,10 +8,10 @@ from typing import Any
 from mindformers_tbplugin.alerts.engine import DEFAULT_RULES, AlertEngine, build_rules, parse_rules
 from mindformers_tbplugin.alerts.record import Alert
 from mindformers_tbplugin.alerts.sinks import Dispatcher, build_sinks, parse_sinks
-from mindformers_tbplugin.config.schema import ConfigError, Problem, check_entry
+from mindformers_tbplugin.config.schema import ConfigError, Problem, check_entry, did_you_mean
 from mindformers_tbplugin.framework.trainers import MonitorCallback, TrainStart
 from mindformers_tbplugin.log import logger
-from mindformers_tbplugin.pipeline import listeners
+from mindformers_tbplugin.pipeline import listeners, metrics
 
 DEFAULT_SINKS = ("log", "tensorboard")
 
@@ -49,6 +49,7 @@ class AlertMonitor(MonitorCallback):
         self._several_ranks = False
         self._stop_refused = False
         self._steps_seen = 0
+        self._tags_seen: set[str] = set()
         self.fired: list[Alert] = []
 
     @classmethod
@@ -60,14 +61,34 @@ class AlertMonitor(MonitorCallback):
         _, sink_problems = build_sinks(DEFAULT_SINKS if sinks is None else sinks, "sinks")
         return problems + sink_problems
 
+    @classmethod
+    def config_warnings(cls, arguments: Mapping[str, Any]) -> list[Problem]:
+        """Rules on a tag the monitor does not write that looks like a misspelt one it does."""
+        found = _custom_rule_tags(arguments)
+        return [Problem(key, f"no monitor writes {tag!r}; {hint}") for key, tag, hint in found if hint]
+
+    @classmethod
+    def config_notes(cls, arguments: Mapping[str, Any]) -> list[Problem]:
+        """Rules on tags that only extra_metrics or log_scalars can write."""
+        return [
+            Problem(key, f"{tag!r} is not a tag TensorBoardMonitor writes itself: extra_metrics or log_scalars must")
+            for key, tag, hint in _custom_rule_tags(arguments)
+            if not hint
+        ]
+
     # -- training events (either trainer) ---------------------------------------------------------
     def train_started(self, start: TrainStart) -> None:
         topology = start.topology
         if not topology.is_writer:
             return  # the values are published where the main run is written
         self._several_ranks = topology.communicating
-        self._engine = AlertEngine(parse_rules(self.rule_specs, owner=type(self).__name__))
-        self._dispatcher = Dispatcher(parse_sinks(self.sink_specs, owner=type(self).__name__))
+        rules = parse_rules(self.rule_specs, owner=type(self).__name__)
+        sinks = parse_sinks(self.sink_specs, owner=type(self).__name__)
+        self._engine = AlertEngine(rules)
+        self._dispatcher = Dispatcher(sinks)
+        self._tags_seen.clear()
+        watched = "; ".join(f"{rule.name} on {', '.join(rule.tags()) or 'progress'} ({rule.action})" for rule in rules)
+        logger.info("AlertMonitor: rules %s; alerts to %s", watched, ", ".join(sink.describe() for sink in sinks))
         self._request_stop = start.request_stop
         self._steps_seen = 0
         listeners.subscribe(self._on_values)
@@ -79,6 +100,7 @@ class AlertMonitor(MonitorCallback):
     def _on_values(self, step: int, values: dict[str, float]) -> None:
         """Bus listener, on the training thread: rule updates only; sinks do their work off-thread."""
         self._steps_seen += 1
+        self._tags_seen.update(values)
         if not self._engine.run:  # TensorBoardMonitor names its run at its own train begin
             self._engine.run = listeners.main_run()
         fired = self._engine.observe(step, values)
@@ -118,6 +140,14 @@ class AlertMonitor(MonitorCallback):
         if self._engine is None:
             return
         listeners.unsubscribe(self._on_values)
+        named = {tag for _, tag in _named_tags(self.rule_specs)}  # a default tag may exist only in some trainings
+        unwritten = sorted(named - self._tags_seen)
+        if unwritten and self._steps_seen:
+            logger.warning(
+                "AlertMonitor: the rules watched %s, which nothing wrote in this training; check the tag names "
+                "against TensorBoard's, or the extra_metrics / log_scalars that should write them",
+                ", ".join(unwritten),
+            )
         self._engine, self._request_stop = None, None
         dispatcher, self._dispatcher = self._dispatcher, None
         dispatcher.close()
@@ -127,3 +157,23 @@ class AlertMonitor(MonitorCallback):
                 "TensorBoardMonitor to the same callbacks list."
             )
             logger.warning(message)
+
+
+def _named_tags(rules: Any) -> list[tuple[str, str]]:
+    """``(YAML key, tag)`` for each tag the rule entries name themselves (not their defaults)."""
+    named = []
+    for index, spec in enumerate(rules or ()):
+        tags = spec.get("tag") if isinstance(spec, dict) else None
+        for tag in [tags] if isinstance(tags, str) else tags if isinstance(tags, list) else ():
+            if isinstance(tag, str):
+                named.append((f"rules[{index}].tag", tag))
+    return named
+
+
+def _custom_rule_tags(arguments: Mapping[str, Any]) -> list[tuple[str, str, str | None]]:
+    """``(YAML key, tag, did-you-mean)`` for each named rule tag that the monitor does not write."""
+    return [
+        (key, tag, did_you_mean(tag, metrics.BUILTIN_TAGS))
+        for key, tag in _named_tags(arguments.get("rules"))
+        if not metrics.is_builtin_tag(tag)
+    ]

@@ -27,6 +27,8 @@ CALLBACK_LISTS = ("callbacks", "eval_callbacks")
 COMMON_KEYS = ("type", "auto_register")
 # Optional classmethod of a callback: (arguments) -> [Problem] that are notes, e.g. what an alias's keys became.
 NOTES_HOOK = "config_notes"
+# Optional classmethod of a callback: (arguments) -> [Problem] that are warnings (legal, likely wrong).
+WARNINGS_HOOK = "config_warnings"
 # Above this many parameters, per-step histograms cost a noticeable share of a step.
 LARGE_MODEL_PARAMETERS = 1e9
 # The monitor class (and its subclasses) that MindFormers' built-in tensorboard: section duplicates.
@@ -175,6 +177,9 @@ class _Checker:
             self.error(f"{where}.{problem.key}" if problem.key else where, problem.message)
         if not problems:
             self.warn_likely_mistakes(where, cls, {p.name: p.default for p in params.values()} | arguments)
+            warnings = getattr(cls, WARNINGS_HOOK, None)
+            for warning in warnings(arguments) if warnings else ():
+                self.warn(f"{where}.{warning.key}", warning.message)
             notes = getattr(cls, NOTES_HOOK, None)
             for note in notes(arguments) if notes else ():
                 self.note(f"{where}.{note.key}", note.message)

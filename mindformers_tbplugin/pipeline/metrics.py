@@ -53,6 +53,20 @@ X_AXIS_VARIANT_TAGS = (TRAIN_LOSS, TRAIN_LR)
 # Net outputs 1-4 in MindFormers' layout, after the loss.
 _OUTPUT_TAGS = (TRAIN_OVERFLOW, TRAIN_LOSS_SCALE, TRAIN_LR, TRAIN_GRAD_NORM)
 
+# Tags the monitor writes by itself (for checking what alert rules watch); the families whose names
+# depend on the run are prefixes. Any other tag comes from extra_metrics or log_scalars.
+BUILTIN_TAGS = frozenset(
+    value
+    for name, value in dict(globals()).items()
+    if name.startswith(("TRAIN_", "PERF_", "SYSTEM_", "EVAL_", "META_")) and not value.endswith("/")
+)
+BUILTIN_FAMILIES = (EVAL_PREFIX, "ranks/", "local/", "alerts/")
+
+
+def is_builtin_tag(tag: str) -> bool:
+    twins = {base + suffix for base in X_AXIS_VARIANT_TAGS for suffix in (VS_SAMPLES_SUFFIX, VS_TOKENS_SUFFIX)}
+    return tag in BUILTIN_TAGS or tag in twins or tag.startswith(BUILTIN_FAMILIES)
+
 
 class StepMetrics:
     """One logged step's values, grouped by kind. A plain class: one is built per logged step."""
