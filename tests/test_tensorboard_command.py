@@ -50,6 +50,14 @@ def test_serves_the_logdir_on_loopback_only_with_every_point(logdir: Path) -> No
     assert tensorboard_server.port_is_free(port)
 
 
+def test_reload_interval_reaches_tensorboard(logdir: Path) -> None:
+    port = tensorboard_server.free_port(18106)
+    with mftb_tensorboard(logdir, "--port", str(port), "--reload_interval", "60") as server:
+        flags = wait_for(lambda: tensorboard_server.get_json(port, "/data/environment"))["debug"]["flags"]
+        assert flags["reload_interval"] == 60.0
+        assert server.stop() == 0
+
+
 def test_ctrl_c_stops_the_server_and_exits_cleanly(logdir: Path) -> None:
     with mftb_tensorboard(logdir, "--port", str(tensorboard_server.free_port(18406))) as server:
         assert server.stop(signal.SIGINT) == 0
@@ -101,6 +109,13 @@ def test_in_an_ssh_session_the_tunnel_command_for_the_url_is_printed(logdir: Pat
     assert tensorboard_server.ssh_tunnel_command(6006, standard) == "ssh -N -L 6006:127.0.0.1:6006 alice@10.20.30.40"
     assert tensorboard_server.ssh_tunnel_command(6006, {}) is None  # not in an SSH session
     assert tensorboard_server.ssh_tunnel_command(6006, {"SSH_CONNECTION": ""}) is None
+
+
+def test_a_reload_interval_that_is_not_positive_is_a_usage_error(logdir: Path) -> None:
+    command = [MFTB, "tensorboard", str(logdir), "--reload_interval", "0"]
+    result = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "--reload_interval must be a number of seconds above 0, got 0" in result.stderr
 
 
 def test_a_missing_logdir_is_a_usage_error(tmp_path: Path) -> None:

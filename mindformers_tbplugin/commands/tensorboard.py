@@ -28,6 +28,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="listen on every network interface instead of 127.0.0.1 (exposes all logs to the network)",
     )
     parser.add_argument(
+        "--reload_interval",
+        type=float,
+        metavar="SECONDS",
+        help="how often TensorBoard reads new data from the logs (TensorBoard's default: 5)",
+    )
+    parser.add_argument(
         "--all_points",
         action="store_true",
         help="keep every scalar point (--samples_per_plugin scalars=1000000000) instead of 1,000 sampled per tag",
@@ -46,6 +52,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         raise UsageError(f"LOGDIR {logdir} is not a folder; give the folder that holds the run folders")
     if not 1 <= args.port <= 65535:
         raise UsageError(f"--port must be between 1 and 65535, got {args.port}")
+    if args.reload_interval is not None and not args.reload_interval > 0:
+        raise UsageError(f"--reload_interval must be a number of seconds above 0, got {args.reload_interval:g}")
 
     bind_host = "" if args.bind_all else tensorboard_server.LOOPBACK
     port = tensorboard_server.free_port(args.port, bind_host)
@@ -60,7 +68,9 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         )
     url = f"http://{socket.gethostname() if args.bind_all else tensorboard_server.LOOPBACK}:{port}/"
 
-    argv = tensorboard_server.tensorboard_argv(logdir, port, bind_all=args.bind_all, all_points=args.all_points)
+    argv = tensorboard_server.tensorboard_argv(
+        logdir, port, bind_all=args.bind_all, all_points=args.all_points, reload_interval=args.reload_interval
+    )
     # Own session: a terminal's Ctrl-C reaches only us, and we stop the server in order.
     process = subprocess.Popen(argv, start_new_session=True)
     stopping = False

@@ -35,8 +35,12 @@ def tensorboard_program() -> str:
     return found
 
 
-def tensorboard_argv(logdir: Path, port: int, bind_all: bool = False, all_points: bool = False) -> list[str]:
+def tensorboard_argv(
+    logdir: Path, port: int, bind_all: bool = False, all_points: bool = False, reload_interval: float | None = None
+) -> list[str]:
     argv = [tensorboard_program(), "--logdir", str(logdir), "--port", str(port), "--reload_multifile=true"]
+    if reload_interval is not None:
+        argv += ["--reload_interval", f"{reload_interval:g}"]
     argv += ["--bind_all"] if bind_all else ["--host", LOOPBACK]
     if all_points:
         # The default keeps 1,000 reservoir-sampled points per tag, which can hide loss spikes. "scalars=0" is
