@@ -44,7 +44,10 @@ def test_run_folder_is_named_from_experiment_and_timestamp(tiny_run: TrainingRun
     assert re.fullmatch(r"llama_tiny_\d{8}-\d{6}", tiny_run.run_dir.name)
     files = list(tiny_run.run_dir.iterdir())
     assert files and all("tfevents" in f.name for f in files)
-    assert f"[mftb] TensorBoardMonitor: writing {tiny_run.run_dir}" in tiny_run.output
+    # The same viewing command make demo prints.
+    assert f"[mftb] TensorBoardMonitor: writing {tiny_run.run_dir}. View it: mftb tensorboard {tiny_run.log_root}" in (
+        tiny_run.output
+    )
 
 
 def test_exactly_the_expected_tags(tiny_run: TrainingRun) -> None:

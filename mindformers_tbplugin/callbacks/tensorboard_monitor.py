@@ -270,7 +270,7 @@ class TensorBoardMonitor(MonitorCallback):
         logger.info("TensorBoardMonitor: %s", topology.describe())
         if self._writer is not None:
             logger.info(
-                "TensorBoardMonitor: writing %s. View with: tensorboard --logdir %s", self.run_dir, self.log_root
+                "TensorBoardMonitor: writing %s. View it: mftb tensorboard %s", self.run_dir, self.log_root
             )
 
     def _open_run_dir(self, topology: Topology, collectives: Collectives | None) -> Path:
