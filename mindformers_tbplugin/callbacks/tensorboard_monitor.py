@@ -269,9 +269,7 @@ class TensorBoardMonitor(MonitorCallback):
             )
         logger.info("TensorBoardMonitor: %s", topology.describe())
         if self._writer is not None:
-            logger.info(
-                "TensorBoardMonitor: writing %s. View it: mftb tensorboard %s", self.run_dir, self.log_root
-            )
+            logger.info("TensorBoardMonitor: writing %s. View it: mftb tensorboard %s", self.run_dir, self.log_root)
 
     def _open_run_dir(self, topology: Topology, collectives: Collectives | None) -> Path:
         """The run folder: the one to continue when resuming, else a new one that the writing rank
