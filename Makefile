@@ -61,11 +61,12 @@ browser:
 
 # Regenerates the README's picture: a tiny training shown by `mftb tensorboard` in headless Chromium.
 screenshot: $(INSTALLED) browser
-	rm -f docs/.tensorboard-scalars.new.png
-	MFTB_SCREENSHOT=$(CURDIR)/docs/.tensorboard-scalars.new.png PATH="$(CURDIR)/$(BIN):$$PATH" \
-		$(BIN)/python -m pytest -q tests/test_browser.py
-	@test -s docs/.tensorboard-scalars.new.png || { echo "screenshot: not taken (browser test skipped?)"; exit 1; }
-	mv docs/.tensorboard-scalars.new.png docs/tensorboard-scalars.png
+	rm -rf docs/.new && mkdir docs/.new
+	MFTB_SCREENSHOTS=$(CURDIR)/docs/.new PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q tests/test_browser.py
+	@for picture in tensorboard-scalars.png tensorboard-ranks.png; do \
+		test -s docs/.new/$$picture || { echo "screenshot: $$picture not taken (browser test skipped?)"; exit 1; }; \
+	done
+	mv docs/.new/*.png docs/ && rmdir docs/.new
 
 bench: $(INSTALLED)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m benchmarks.run
