@@ -49,7 +49,7 @@ class AlertMonitor(MonitorCallback):
         self._several_ranks = False
         self._stop_refused = False
         self._steps_seen = 0
-        self._tags_seen: set[str] = set()
+        self._unwritten: set[str] = set()  # tags the rules name that no written step has held yet
         self.fired: list[Alert] = []
 
     @classmethod
@@ -86,7 +86,8 @@ class AlertMonitor(MonitorCallback):
         sinks = parse_sinks(self.sink_specs, owner=type(self).__name__)
         self._engine = AlertEngine(rules)
         self._dispatcher = Dispatcher(sinks)
-        self._tags_seen.clear()
+        # A default tag may exist only in some trainings: only the tags the rules name are followed.
+        self._unwritten = {tag for _, tag in _named_tags(self.rule_specs)}
         watched = "; ".join(f"{rule.name} on {', '.join(rule.tags()) or 'progress'} ({rule.action})" for rule in rules)
         logger.info("AlertMonitor: rules %s; alerts to %s", watched, ", ".join(sink.describe() for sink in sinks))
         self._request_stop = start.request_stop
@@ -100,7 +101,8 @@ class AlertMonitor(MonitorCallback):
     def _on_values(self, step: int, values: dict[str, float]) -> None:
         """Bus listener, on the training thread: rule updates only; sinks do their work off-thread."""
         self._steps_seen += 1
-        self._tags_seen.update(values)
+        if self._unwritten:  # empty after the first steps: nothing to do on the hot path
+            self._unwritten.difference_update(values.keys())
         if not self._engine.run:  # TensorBoardMonitor names its run at its own train begin
             self._engine.run = listeners.main_run()
         fired = self._engine.observe(step, values)
@@ -140,8 +142,7 @@ class AlertMonitor(MonitorCallback):
         if self._engine is None:
             return
         listeners.unsubscribe(self._on_values)
-        named = {tag for _, tag in _named_tags(self.rule_specs)}  # a default tag may exist only in some trainings
-        unwritten = sorted(named - self._tags_seen)
+        unwritten = sorted(self._unwritten)
         if unwritten and self._steps_seen:
             logger.warning(
                 "AlertMonitor: the rules watched %s, which nothing wrote in this training; check the tag names "

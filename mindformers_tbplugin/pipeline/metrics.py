@@ -61,11 +61,11 @@ BUILTIN_TAGS = frozenset(
     if name.startswith(("TRAIN_", "PERF_", "SYSTEM_", "EVAL_", "META_")) and not value.endswith("/")
 )
 BUILTIN_FAMILIES = (EVAL_PREFIX, "ranks/", "local/", "alerts/")
+_X_AXIS_TWINS = frozenset(t + suffix for t in X_AXIS_VARIANT_TAGS for suffix in (VS_SAMPLES_SUFFIX, VS_TOKENS_SUFFIX))
 
 
 def is_builtin_tag(tag: str) -> bool:
-    twins = {base + suffix for base in X_AXIS_VARIANT_TAGS for suffix in (VS_SAMPLES_SUFFIX, VS_TOKENS_SUFFIX)}
-    return tag in BUILTIN_TAGS or tag in twins or tag.startswith(BUILTIN_FAMILIES)
+    return tag in BUILTIN_TAGS or tag in _X_AXIS_TWINS or tag.startswith(BUILTIN_FAMILIES)
 
 
 class StepMetrics:
