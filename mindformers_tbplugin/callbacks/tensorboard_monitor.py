@@ -15,6 +15,7 @@ from mindformers_tbplugin.config.schema import NON_EMPTY_TEXT, ConfigError, Prob
 from mindformers_tbplugin.framework import run_description
 from mindformers_tbplugin.framework.collectives import Collectives, agree_on_ints
 from mindformers_tbplugin.framework.eval_hook import EvalRecorder
+from mindformers_tbplugin.framework.layer_norms import LayerNorms, parameter_norm
 from mindformers_tbplugin.framework.model_facts import ModelFacts, loss_scale_for_pipeline
 from mindformers_tbplugin.framework.system_stats import MemoryReadings
 from mindformers_tbplugin.framework.trainers import MonitorCallback, StepEnd, TrainStart
@@ -41,7 +42,12 @@ class TensorBoardMonitor(MonitorCallback):
         log_every: Write the scalars every this many steps.
         flush_secs: Flush event files to disk at least this often, in seconds.
         param_norm_every: Write ``train/param_norm`` (a pass over all parameters) every this many
-            steps; 0 turns it off.
+            steps, and ``param_norm/<group>`` when per-layer gradient norms are on; 0 turns it off.
+        norm_groups: Per-layer norms' groups (``runner_wrapper.local_norm: True``): ``layer``
+            (``embedding``, ``layers.N``, ``final_norm``, ``head``), ``param`` (each parameter), or a
+            list of fnmatch patterns, one group each (first match wins; the rest is ``other``).
+        grad_hist_every: With ``local_norm``, write the histogram of log10 per-parameter gradient
+            norms (``grad_norm/per_param_log10``) every this many steps; 0 turns it off.
         log_memory: Write host RSS (``system/host_rss_gb``) and device memory where the backend
             reports it, read at most once per second.
         vs_samples: Also write ``train/loss_vs_samples`` and ``train/lr_vs_samples``, whose x axis is
@@ -95,6 +101,8 @@ class TensorBoardMonitor(MonitorCallback):
         log_every: Annotated[int, Range(min=1)] = 1,
         flush_secs: Annotated[float, Range(min=0.1, max=3600)] = 5.0,
         param_norm_every: Annotated[int, Range(min=0)] = 100,
+        norm_groups: Literal["layer", "param"] | list[str] = "layer",
+        grad_hist_every: Annotated[int, Range(min=0)] = 100,
         log_memory: bool = True,
         vs_samples: bool = False,
         vs_tokens: bool = False,
@@ -139,6 +147,9 @@ class TensorBoardMonitor(MonitorCallback):
         self.log_every = log_every
         self.flush_secs = flush_secs
         self.param_norm_every = param_norm_every
+        self.norm_groups = norm_groups
+        self.grad_hist_every = grad_hist_every
+        self._layer_norms: LayerNorms | None = None
         self.vs_samples = vs_samples
         self.vs_tokens = vs_tokens
         self.max_queue = max_queue
@@ -234,6 +245,7 @@ class TensorBoardMonitor(MonitorCallback):
         self._step = self._last_logged_step = self._facts.initial_global_step
         self._static_lr = metrics.static_learning_rate(self._facts.optimizer)
         self._loss_divisor = loss_scale_for_pipeline(topology, start.train_network)
+        self._layer_norms = LayerNorms.for_training(start, self.norm_groups, self.grad_hist_every)
         collectives = Collectives() if topology.communicating else None
         self.run_dir = self._open_run_dir(topology, collectives)
         if topology.is_writer:
@@ -258,6 +270,7 @@ class TensorBoardMonitor(MonitorCallback):
             vs_tokens=self.vs_tokens,
             samples_per_step=self._facts.samples_per_step,
             tokens_per_sample=self._facts.tokens_per_sample,
+            gradient_groups=self._layer_norms.gradients if self._layer_norms else None,
         )
         self._router = MetricRouter(topology, options, self._writer, rank_writer, collectives)
         custom_metrics.attach(self)
@@ -268,6 +281,8 @@ class TensorBoardMonitor(MonitorCallback):
                 "run_info", run_description.write_run_start, self._writer, start, self.experiment, self._run_info
             )
         logger.info("TensorBoardMonitor: %s", topology.describe())
+        if self._layer_norms is not None:
+            logger.info("TensorBoardMonitor: %s", self._layer_norms.describe())
         if self._writer is not None:
             logger.info("TensorBoardMonitor: writing %s. View it: mftb tensorboard %s", self.run_dir, self.log_root)
 
@@ -276,17 +291,18 @@ class TensorBoardMonitor(MonitorCallback):
         names and creates; the other ranks learn its name (one collective, made in both cases so
         that every rank makes the same collectives) so that their ``rank_<id>`` runs land inside it."""
         continued = self._run_to_continue()
+        local_time = datetime.fromtimestamp
         stamp, suffix = int(time.time()), 0
         if continued is not None:
             agree_on_ints(collectives, topology, [stamp, suffix])
             continued.mkdir(parents=True, exist_ok=True)
             return continued
         if topology.is_writer:
-            name = run_folders.run_name(self.run_name_pattern, self.experiment, topology.rank, _local_time(stamp))
+            name = run_folders.run_name(self.run_name_pattern, self.experiment, topology.rank, local_time(stamp))
             run_dir = run_folders.create_run_dir(self.log_root, name)
             suffix = run_folders.collision_suffix(run_dir, name)
         stamp, suffix = agree_on_ints(collectives, topology, [stamp, suffix])
-        name = run_folders.run_name(self.run_name_pattern, self.experiment, topology.writer_rank, _local_time(stamp))
+        name = run_folders.run_name(self.run_name_pattern, self.experiment, topology.writer_rank, local_time(stamp))
         return self.log_root / (f"{name}-{suffix}" if suffix else name)
 
     def _run_to_continue(self) -> Path | None:
@@ -346,7 +362,10 @@ class TensorBoardMonitor(MonitorCallback):
         if steps_done < self.log_every:
             return
         now = time.perf_counter()
-        step_metrics = metrics.train_metrics(step, step_end.outputs())
+        outputs = step_end.outputs()
+        step_metrics = metrics.train_metrics(step, outputs)
+        if self._layer_norms is not None:
+            step_metrics.grad_squares = self._layer_norms.read(step, self._last_logged_step, outputs, self._writer)
         data, model, system = step_metrics.data, step_metrics.model, step_metrics.system
         if self._loss_divisor != 1.0 and metrics.TRAIN_LOSS in data:
             data[metrics.TRAIN_LOSS] /= self._loss_divisor
@@ -358,7 +377,7 @@ class TensorBoardMonitor(MonitorCallback):
         if self._memory is not None:
             system.update(self._memory.read(now))
         if self.param_norm_every and step // self.param_norm_every > self._last_logged_step // self.param_norm_every:
-            model[metrics.TRAIN_PARAM_NORM] = self._param_norm()
+            model.update(parameter_norm(self._facts.trainable_params, self._layer_norms))
         for extra in self.extra_metrics:
             self._add_extra(extra, step_end.hook_args, step_metrics)
         self._router.log_step(step_metrics)
@@ -369,9 +388,6 @@ class TensorBoardMonitor(MonitorCallback):
             self._request_stop()
         self._last_logged_step = step
         self._last_log_time = time.perf_counter()
-
-    def _param_norm(self) -> float:
-        return metrics.global_norm(p.asnumpy() for p in self._facts.trainable_params)
 
     def _add_extra(self, extra: custom_metrics.ExtraMetric, cb_params: Any, step_metrics: StepMetrics) -> None:
         try:
@@ -430,7 +446,3 @@ class TensorBoardMonitor(MonitorCallback):
             fn(*args)
         except Exception as exc:
             self._warn_once(key, f"TensorBoardMonitor: {exc!r} in {fn.__name__}; training continues")
-
-
-def _local_time(stamp: int) -> datetime:
-    return datetime.fromtimestamp(stamp)

@@ -119,6 +119,47 @@ class DataAggregator:
 
 
 # ---------------------------------------------------------------------------------------------
+# Per-group gradient norms: mean of the squares over the ranks that sent them, per logged step
+# ---------------------------------------------------------------------------------------------
+
+
+class GradientAggregator:
+    """Packs an interval's per-group squared gradient norms (``runner_wrapper.local_norm``) for the
+    same all-reduce. Each rank's are its local gradients' (before the data-parallel reduction); the
+    combination is their mean over ranks, so the written norm is the root mean square of the ranks'
+    group norms. Layout (float32): ``[ranks that sent a row (K), sums (K x G)]``; a row without
+    values (this rank could not read them) counts 0, so the steps stay aligned across ranks.
+    """
+
+    def __init__(self, steps_per_interval: int, group_count: int) -> None:
+        self.capacity_steps = max(steps_per_interval, 1)
+        self.group_count = group_count
+        self.pending: list[tuple[int, np.ndarray | None]] = []
+
+    @property
+    def size(self) -> int:
+        return self.capacity_steps * (1 + self.group_count)
+
+    def add(self, step: int, group_squares: np.ndarray | None) -> None:
+        self.pending.append((step, group_squares))
+
+    def pack(self) -> np.ndarray:
+        vector = np.zeros(self.size, dtype=np.float32)
+        sums = vector[self.capacity_steps :].reshape(self.capacity_steps, self.group_count)
+        for row, (_, squares) in enumerate(self.pending[: self.capacity_steps]):
+            if squares is not None and squares.size == self.group_count:
+                vector[row] = 1.0
+                sums[row] = squares
+        return vector
+
+    def unpack(self, reduced: np.ndarray) -> dict[int, np.ndarray]:
+        """``{step: mean over ranks of the group squares}`` from the summed vector; clears the interval."""
+        pending, self.pending = self.pending[: self.capacity_steps], []
+        sums = reduced[self.capacity_steps :].reshape(self.capacity_steps, self.group_count).astype(np.float64)
+        return {step: sums[row] / reduced[row] for row, (step, _) in enumerate(pending) if reduced[row] > 0}
+
+
+# ---------------------------------------------------------------------------------------------
 # System metrics: cross-rank statistics and stragglers
 # ---------------------------------------------------------------------------------------------
 

@@ -42,6 +42,11 @@ SYSTEM_HOST_RSS_GB = "system/host_rss_gb"
 SYSTEM_DEVICE_MEM_ALLOCATED_GB = "system/device_mem_allocated_gb"
 SYSTEM_DEVICE_MEM_PEAK_GB = "system/device_mem_peak_gb"
 EVAL_PREFIX = "eval/"
+# Per-layer norms (runner_wrapper.local_norm): grad_norm/<group>, param_norm/<group>.
+GRAD_NORM_PREFIX = "grad_norm/"
+PARAM_NORM_PREFIX = "param_norm/"
+GRAD_NORM_TOTAL = "grad_norm/total"  # over all groups: the pre-reduction norm, whether clipping is on or off
+GRAD_NORM_HISTOGRAM = "grad_norm/per_param_log10"  # histogram of log10 per-parameter gradient norms
 EVAL_LOSS = "eval/loss"
 EVAL_PERPLEXITY = "eval/perplexity"
 META_RESTART = "meta/restart"  # scalar: the step resumed from; text: what was resumed
@@ -58,9 +63,9 @@ _OUTPUT_TAGS = (TRAIN_OVERFLOW, TRAIN_LOSS_SCALE, TRAIN_LR, TRAIN_GRAD_NORM)
 BUILTIN_TAGS = frozenset(
     value
     for name, value in dict(globals()).items()
-    if name.startswith(("TRAIN_", "PERF_", "SYSTEM_", "EVAL_", "META_")) and not value.endswith("/")
+    if name.startswith(("TRAIN_", "PERF_", "SYSTEM_", "EVAL_", "META_", "GRAD_NORM_TOTAL")) and not value.endswith("/")
 )
-BUILTIN_FAMILIES = (EVAL_PREFIX, "ranks/", "local/", "alerts/")
+BUILTIN_FAMILIES = (EVAL_PREFIX, GRAD_NORM_PREFIX, PARAM_NORM_PREFIX, "ranks/", "local/", "alerts/")
 _X_AXIS_TWINS = frozenset(t + suffix for t in X_AXIS_VARIANT_TAGS for suffix in (VS_SAMPLES_SUFFIX, VS_TOKENS_SUFFIX))
 
 
@@ -71,7 +76,7 @@ def is_builtin_tag(tag: str) -> bool:
 class StepMetrics:
     """One logged step's values, grouped by kind. A plain class: one is built per logged step."""
 
-    __slots__ = ("data", "model", "step", "system")
+    __slots__ = ("data", "grad_squares", "model", "step", "system")
 
     def __init__(
         self,
@@ -84,6 +89,7 @@ class StepMetrics:
         self.data = {} if data is None else data
         self.model = {} if model is None else model
         self.system = {} if system is None else system
+        self.grad_squares: Any = None  # per-parameter squared gradient norms (numpy), when the wrapper returns them
 
     def by_kind(self, kind: MetricKind) -> dict[str, float]:
         return {MetricKind.DATA: self.data, MetricKind.MODEL: self.model, MetricKind.SYSTEM: self.system}[kind]
@@ -134,6 +140,15 @@ def train_metrics(step: int, net_outputs: Any) -> StepMetrics:
     else:
         loss = _scalar(net_outputs)
     return StepMetrics(step, {} if loss is None else {TRAIN_LOSS: loss}, model)
+
+
+def local_norm_squares(net_outputs: Any) -> Any:
+    """The per-parameter squared gradient norms that MindFormers' wrappers return as their sixth
+    output with ``local_norm: True`` (one host copy of one vector), or None."""
+    if isinstance(net_outputs, (tuple, list)) and len(net_outputs) == 7 and net_outputs[5] is not None:
+        squares = net_outputs[5]
+        return squares.asnumpy() if hasattr(squares, "asnumpy") else squares
+    return None
 
 
 def static_learning_rate(optimizer: Any) -> float | None:

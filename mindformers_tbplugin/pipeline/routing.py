@@ -11,6 +11,9 @@ cross-rank aggregation first, according to their kind.
   That all-reduce also sums the data-parallel replicas' throughput into the job's
   (``perf/job_samples_per_s``, ``perf/job_tokens_per_s``), written by the writing rank at each
   aggregation; without aggregation (one process, ``aggregate_every: 0``) they are not written.
+* per-layer gradient norms (``runner_wrapper.local_norm``): grouped here (one ``bincount``); on a
+  multi-rank job their squares ride in the same all-reduce and are averaged over the ranks, then
+  written with the loss at their own steps; otherwise the writing rank's own, at once.
 """
 
 from __future__ import annotations
@@ -25,9 +28,11 @@ from mindformers_tbplugin.pipeline.aggregation import (
     MAX_DATA_TAGS,
     CollectiveOps,
     DataAggregator,
+    GradientAggregator,
     JobThroughput,
     SystemSummary,
 )
+from mindformers_tbplugin.pipeline.gradient_groups import GroupLayout
 from mindformers_tbplugin.pipeline.metrics import MetricKind, StepMetrics
 from mindformers_tbplugin.pipeline.topology import Topology
 from mindformers_tbplugin.tfevents.writer import RunWriter
@@ -44,6 +49,7 @@ class RouterOptions:
     vs_tokens: bool
     samples_per_step: float | None
     tokens_per_sample: int | None
+    gradient_groups: GroupLayout | None = None  # set when the wrapper returns per-parameter gradient norms
 
 
 class MetricRouter:
@@ -65,6 +71,8 @@ class MetricRouter:
         self._job = (
             JobThroughput(topology.data_parallel_factor, topology.speaks_for_a_replica) if self.collectives else None
         )
+        layout = options.gradient_groups
+        self._grads = GradientAggregator(options.aggregate_every, len(layout)) if self.collectives and layout else None
         self._last_aggregated_step: int | None = None
         self._warn_once = WarnOnce()
         self.aggregations = 0
@@ -82,6 +90,8 @@ class MetricRouter:
         step = step_metrics.step
         if self._last_aggregated_step is None:
             self._last_aggregated_step = step - 1
+        if self.options.gradient_groups is not None:
+            self._add_gradient_norms(step_metrics)
         self._write(step_metrics)
         if self._system is not None:
             self._system.add(step_metrics.system)
@@ -89,6 +99,27 @@ class MetricRouter:
         every = self.options.aggregate_every
         if self.aggregating and step // every > self._last_aggregated_step // every:
             self.aggregate(step)
+
+    def _add_gradient_norms(self, step_metrics: StepMetrics) -> None:
+        """Group this step's per-parameter squared gradient norms: into the interval's aggregation
+        (every rank adds a row at every logged step, empty when it has no values), or at once among
+        the step's model values."""
+        layout, squares = self.options.gradient_groups, step_metrics.grad_squares
+        if squares is not None and squares.size != len(layout.names):
+            self._warn_once(
+                "grad_layout",
+                f"the wrapper returned {squares.size} gradient norms for {len(layout.names)} parameters; "
+                "per-layer gradient norms are not written",
+            )
+            squares = None
+        group_squares = None if squares is None else layout.group_squares(squares)
+        if self._grads is not None:
+            self._grads.add(step_metrics.step, group_squares)
+            if self.rank_run is not None and self.options.rank_policy == "all" and group_squares is not None:
+                own = layout.tags(metrics.GRAD_NORM_PREFIX, group_squares, metrics.GRAD_NORM_TOTAL)
+                self.rank_run.add_scalars(step_metrics.step, own)  # this rank's own, for debugging
+        elif group_squares is not None:
+            step_metrics.model.update(layout.tags(metrics.GRAD_NORM_PREFIX, group_squares, metrics.GRAD_NORM_TOTAL))
 
     def log_values(self, step: int, values: dict[str, float], kind: MetricKind) -> None:
         """Custom values (log_scalars) at ``step``, treated like built-in metrics of ``kind``. Never
@@ -134,13 +165,16 @@ class MetricRouter:
         data, tags = self._data.pack(self.topology.holds_data_metrics)
         system = self._system.pack_slots(self.topology.rank, self.topology.world_size)
         job = self._job.pack()
+        grads = self._grads.pack() if self._grads is not None else np.zeros(0, dtype=np.float32)
         stop = np.array([1.0 if listeners.take_stop_request() else 0.0], dtype=np.float32)
-        reduced = self.collectives.all_reduce_sum(np.concatenate([data, system, job, stop]))
+        reduced = self.collectives.all_reduce_sum(np.concatenate([data, system, job, grads, stop]))
         self.stop_agreed = self.stop_agreed or bool(reduced[-1] > 0)
         reduction = self._data.unpack(reduced[: data.size], tags)
         job_start = data.size + system.size
+        grads_start = job_start + job.size
         gathered = reduced[data.size : job_start].reshape(self.topology.world_size, -1)
-        job_rates = self._job.unpack(reduced[job_start:-1])
+        job_rates = self._job.unpack(reduced[job_start:grads_start])
+        gradient_norms = self._gradient_norms(reduced[grads_start:-1])
         if self.main is None:
             return
         if reduction.mismatch:
@@ -152,7 +186,9 @@ class MetricRouter:
         for data_step, values in reduction.steps:
             if reduction.mismatch:  # these are this rank's own values
                 values = {LOCAL_PREFIX + tag: value for tag, value in values.items()}
-            self._write_main(data_step, values)
+            self._write_main(data_step, {**values, **gradient_norms.pop(data_step, {})})
+        for grad_step, values in gradient_norms.items():
+            self._write_main(grad_step, values)
         if reduction.local_only:
             self._warn_once(
                 "overflow",
@@ -165,18 +201,40 @@ class MetricRouter:
         if summary:
             self._write_main(step, summary)
 
+    def _gradient_norms(self, reduced: np.ndarray) -> dict[int, dict[str, float]]:
+        """``{step: {grad_norm/<group>: norm, grad_norm/total: norm}}`` from the reduced block."""
+        if self._grads is None:
+            return {}
+        layout = self.options.gradient_groups
+        return {
+            step: layout.tags(metrics.GRAD_NORM_PREFIX, squares, metrics.GRAD_NORM_TOTAL)
+            for step, squares in self._grads.unpack(reduced).items()
+        }
+
     def finish(self, clean: bool) -> None:
         """End of training. After a clean end every rank aggregates what is left; after a failure
         no collective is attempted (other ranks may be gone) and this rank's values are written."""
         if self._data is None:
             return
         listeners.remove_stop_carrier()
-        if self._data.pending and clean:
-            self.aggregate(self._data.pending[-1][0])
-        elif self._data.pending and self.main is not None:
+        pending_grads = self._grads.pending if self._grads is not None else []
+        last_steps = [pending[-1][0] for pending in (self._data.pending, pending_grads) if pending]
+        if last_steps and clean:
+            self.aggregate(max(last_steps))
+        elif last_steps and self.main is not None:
+            own: dict[int, dict[str, float]] = {}
             for step, values in self._data.pending:
-                self.main.add_scalars(step, {LOCAL_PREFIX + tag: v for tag, v in values.items()})
+                own[step] = {LOCAL_PREFIX + tag: v for tag, v in values.items()}
+            layout = self.options.gradient_groups
+            for step, squares in pending_grads:
+                if squares is not None:
+                    norms = layout.tags(metrics.GRAD_NORM_PREFIX, squares, metrics.GRAD_NORM_TOTAL)
+                    own.setdefault(step, {}).update({LOCAL_PREFIX + tag: v for tag, v in norms.items()})
+            for step in sorted(own):
+                self.main.add_scalars(step, own[step])
             self._data.pending = []
+            if self._grads is not None:
+                self._grads.pending = []
         logger.info(
             "TensorBoardMonitor: %d aggregation interval(s), %d collective(s) in all",
             self.aggregations,

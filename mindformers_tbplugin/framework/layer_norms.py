@@ -1,0 +1,92 @@
+"""Per-layer gradient and parameter norms for TensorBoardMonitor.
+
+With ``runner_wrapper: {local_norm: True}`` MindFormers' train wrappers (``MFTrainOneStepCell`` and
+subclasses) compute, inside the compiled step, each gradient's squared L2 norm after unscaling and
+before the data-parallel reduction, and return them as one vector in the optimizer's parameter order.
+At a logged step the training thread copies that vector to the host once; the router groups it
+(one ``bincount``) and, on a multi-rank job, averages the groups' squares over the ranks in its one
+all-reduce. The log10 histogram of the per-parameter norms is built and encoded on the writer thread.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from mindformers_tbplugin.framework.trainers import TrainStart
+from mindformers_tbplugin.pipeline import gradient_groups, histograms, metrics
+from mindformers_tbplugin.pipeline.gradient_groups import GroupLayout
+from mindformers_tbplugin.tfevents.events import histogram_event
+from mindformers_tbplugin.tfevents.writer import RunWriter
+
+HISTOGRAM_BINS = 30
+
+
+def wrapper_computes_local_norms(train_network: Any) -> bool:
+    """True when the training cell returns per-parameter gradient norms (``local_norm: True``)."""
+    return bool(getattr(train_network, "local_norm", False))
+
+
+class LayerNorms:
+    """The gradient and parameter groups of one training, and what they add to a logged step."""
+
+    def __init__(self, gradients: GroupLayout, parameters: GroupLayout, grad_hist_every: int) -> None:
+        self.gradients = gradients
+        self.parameters = parameters
+        self.grad_hist_every = grad_hist_every
+
+    @classmethod
+    def for_training(cls, start: TrainStart, grouping: str | Sequence[str], grad_hist_every: int) -> LayerNorms | None:
+        """None unless the wrapper computes local norms over the optimizer's parameters."""
+        optimizer = start.facts.optimizer
+        if not wrapper_computes_local_norms(start.train_network) or optimizer is None:
+            return None
+        names = [parameter.name for parameter in optimizer.parameters]
+        if not names:
+            return None
+        parameters = GroupLayout.of([parameter.name for parameter in start.facts.trainable_params], grouping)
+        return cls(GroupLayout.of(names, grouping), parameters, grad_hist_every)
+
+    def describe(self) -> str:
+        return f"per-layer gradient norms of {len(self.gradients.names)} parameters in {len(self.gradients)} groups"
+
+    def read(self, step: int, last_logged_step: int, net_outputs: Any, writer: RunWriter | None) -> Any:
+        """This step's per-parameter squared gradient norms (one host copy), queueing their histogram
+        for the writer thread when one is due."""
+        squares = metrics.local_norm_squares(net_outputs)
+        every = self.grad_hist_every
+        if squares is not None and writer is not None and every and step // every > last_logged_step // every:
+            writer.add_built(step, functools.partial(_histogram_event, np.array(squares, dtype=np.float64)))
+        return squares
+
+    def parameter_norms(self, params: Sequence[Any]) -> dict[str, float]:
+        """``param_norm/<group>`` for the same groups, from one pass over the parameters."""
+        squares = np.array([_squared_norm(p.asnumpy()) for p in params], dtype=np.float64)
+        if squares.size != len(self.parameters.names):
+            return {}
+        return self.parameters.tags(metrics.PARAM_NORM_PREFIX, self.parameters.group_squares(squares))
+
+
+def _squared_norm(array: np.ndarray) -> float:
+    flat = array.astype("float64", copy=False).ravel()
+    return float(flat @ flat)
+
+
+def parameter_norm(params: Sequence[Any], layer_norms: LayerNorms | None) -> dict[str, float]:
+    """``train/param_norm``, plus ``param_norm/<group>`` when per-layer norms are on (one pass)."""
+    if layer_norms is None:
+        return {metrics.TRAIN_PARAM_NORM: metrics.global_norm(p.asnumpy() for p in params)}
+    values = layer_norms.parameter_norms(params)
+    total = sum(value * value for value in values.values())
+    return {metrics.TRAIN_PARAM_NORM: float(np.sqrt(total)), **values}
+
+
+def _histogram_event(squares: np.ndarray, step: int, wall_time: float) -> Any:
+    """Runs on the writer thread: the distribution of log10 per-parameter gradient norms."""
+    summary = histograms.histogram(gradient_groups.log10_norms(squares), HISTOGRAM_BINS)
+    if summary is None:  # no finite, non-zero norm: nothing to draw (the writer skips None)
+        return None
+    return histogram_event(step, wall_time, metrics.GRAD_NORM_HISTOGRAM, summary.stats, summary.limits, summary.counts)
