@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import shutil
@@ -372,14 +373,17 @@ def _small_job(
     steps: int = 8,
     more_callbacks: tuple[dict, ...] = (),
     status: int = 0,
+    runner_wrapper: dict | None = None,
     **monitor_options: object,
 ) -> Job:
-    """2 ranks, aggregate_every 4, rank 1 slowed; TensorBoardMonitor options changed; the launcher exits ``status``."""
+    """2 ranks, aggregate_every 4, rank 1 slowed; TensorBoardMonitor options (and ``runner_wrapper``
+    entries) changed; the launcher exits ``status``."""
     path = _config(
         tmp_path, tiny_data, num_samples=2 * steps, aggregate_every=4, data_parallel=2, extra_metric="one_data_metric"
     )
     config = yaml.safe_load(path.read_text())
     config["callbacks"][-1].update(monitor_options)
+    config["runner_wrapper"].update(runner_wrapper or {})
     config["callbacks"] += list(more_callbacks)
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     process = _launch(
@@ -429,6 +433,38 @@ def test_rank_policy_all_gives_every_rank_its_own_values(tmp_path: Path, tiny_da
         assert {"train/lr", "perf/step_time_ms", "custom/d0"} <= set(own)
         assert {v for _, v in own["custom/d0"]} == {float(rank)}
     assert {v for _, v in read_scalars(job.run_dir)["custom/d0"]} == {0.5}  # the main run still averages
+
+
+GRAD_GROUPS = ("embedding", "layers.0", "layers.1", "final_norm", "head")
+
+
+def test_per_layer_gradient_norms_are_the_root_mean_square_of_the_ranks_own(tmp_path: Path, tiny_data: Path) -> None:
+    """With local_norm each rank's wrapper returns its local (pre-reduction) gradient norms; the main
+    run's grad_norm/<group> is sqrt of the mean over ranks of their squares, at every logged step
+    (6 steps: one full interval of 4 and the 2 steps aggregated at the end)."""
+    wrapper = {"local_norm": True, "use_clip_grad": True}
+    job = _small_job(tmp_path, tiny_data, steps=6, runner_wrapper=wrapper, rank_policy="all", log_every=1)
+    tags = [f"grad_norm/{group}" for group in GRAD_GROUPS]
+    steps = list(range(1, 7))
+    main = read_scalars(job.run_dir)
+    own = [read_scalars(job.run_dir / f"rank_{rank}") for rank in (0, 1)]
+    for tag in [*tags, "grad_norm/total"]:
+        assert [s for s, _ in main[tag]] == steps, tag  # exactly one point per logged step
+        for rank in (0, 1):
+            assert [s for s, _ in own[rank][tag]] == steps, (rank, tag)
+    for tag in tags:
+        written, first, second = dict(main[tag]), dict(own[0][tag]), dict(own[1][tag])
+        for step in steps:
+            expected = math.sqrt((first[step] ** 2 + second[step] ** 2) / 2)
+            assert math.isclose(written[step], expected, rel_tol=1e-4), (tag, step, written[step], expected)
+    for step, total in main["grad_norm/total"]:
+        groups = sum(dict(main[tag])[step] ** 2 for tag in tags)
+        assert math.isclose(total**2, groups, rel_tol=1e-4), (step, total**2, groups)
+    # The ranks read different batches (full_batch False), so their local norms differ: the
+    # combination above is not a rank's own value written twice.
+    totals = [dict(own[rank]["grad_norm/total"]) for rank in (0, 1)]
+    for step in steps:
+        assert abs(totals[0][step] - totals[1][step]) > 1e-3 * totals[0][step], (step, totals)
 
 
 def test_an_alert_stop_stops_every_rank_at_the_same_step(tmp_path: Path, tiny_data: Path) -> None:
