@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from mindformers_tbplugin.alerts import culprits
 from mindformers_tbplugin.alerts.engine import DEFAULT_RULES, AlertEngine, build_rules, parse_rules
 from mindformers_tbplugin.alerts.record import Alert
 from mindformers_tbplugin.alerts.sinks import Dispatcher, build_sinks, parse_sinks
 from mindformers_tbplugin.config.schema import ConfigError, Problem, check_entry, did_you_mean
+from mindformers_tbplugin.framework.layer_norms import wrapper_computes_local_norms
 from mindformers_tbplugin.framework.trainers import MonitorCallback, TrainStart
 from mindformers_tbplugin.log import logger
 from mindformers_tbplugin.pipeline import listeners, metrics
@@ -27,6 +29,8 @@ class AlertMonitor(MonitorCallback):
     TensorBoardMonitor's next cross-rank aggregation, and every rank stops
     after that step (at most ``aggregate_every`` steps later). The run's ``meta/status`` then reads
     ``stopped by AlertMonitor (<rule> on <tag>) at step N`` and ``mftb train`` exits with status 3.
+    With per-layer gradient norms (``runner_wrapper.local_norm``), an alert on a gradient norm names
+    the three groups that stand out most against their own recent median.
 
     Args:
         rules: Alert rules, e.g. ``[{rule: nonfinite, action: stop}, {rule: spike, tag: train/loss, k: 6}]``;
@@ -50,6 +54,9 @@ class AlertMonitor(MonitorCallback):
         self._stop_refused = False
         self._steps_seen = 0
         self._unwritten: set[str] = set()  # tags the rules name that no written step has held yet
+        self._culprits = culprits.GradientCulprits()
+        self._groups_expected = False  # per-layer gradient norms are on: wait for them to name culprits
+        self._held: list[Alert] = []  # gradient alerts whose step's group norms are not written yet
         self.fired: list[Alert] = []
 
     @classmethod
@@ -92,6 +99,7 @@ class AlertMonitor(MonitorCallback):
         logger.info("AlertMonitor: rules %s; alerts to %s", watched, ", ".join(sink.describe() for sink in sinks))
         self._request_stop = start.request_stop
         self._steps_seen = 0
+        self._groups_expected = wrapper_computes_local_norms(start.train_network)
         listeners.subscribe(self._on_values)
 
     def train_ended(self, failure: str | None) -> None:
@@ -106,9 +114,33 @@ class AlertMonitor(MonitorCallback):
         if not self._engine.run:  # TensorBoardMonitor names its run at its own train begin
             self._engine.run = listeners.main_run()
         fired = self._engine.observe(step, values)
-        if not fired:
+        if not self._groups_expected:
+            if fired:
+                self._report(step, fired)
             return
-        for alert in fired:
+        with_groups = metrics.GRAD_NORM_TOTAL in values
+        if fired or self._held:
+            self._report(step, self._with_culprits(step, fired, values if with_groups else None))
+        if with_groups:
+            self._culprits.remember(values)
+
+    def _with_culprits(self, step: int, fired: list[Alert], values: dict[str, float] | None) -> list[Alert]:
+        """The alerts to report now. On a multi-rank job the group norms of a step are written at the
+        next cross-rank aggregation, after ``train/grad_norm``: an alert on a gradient norm waits for
+        them (at most ``aggregate_every`` steps), or goes out as it is once a later step's arrive."""
+        ready, held = [], []
+        for alert in [*self._held, *fired]:
+            if values is not None and alert.step == step:
+                ready.append(self._culprits.annotate(alert, values))
+            elif culprits.is_gradient_tag(alert.tag) and (values is None or alert.step > step):
+                held.append(alert)
+            else:
+                ready.append(alert)
+        self._held = held
+        return ready
+
+    def _report(self, step: int, alerts: list[Alert]) -> None:
+        for alert in alerts:
             self.fired.append(alert)
             self._dispatcher.dispatch(alert)
             if alert.action == "stop" and self._request_stop is not None:
@@ -142,6 +174,10 @@ class AlertMonitor(MonitorCallback):
         if self._engine is None:
             return
         listeners.unsubscribe(self._on_values)
+        for alert in self._held:  # their steps' group norms never came; training is over: no stop
+            self.fired.append(alert)
+            self._dispatcher.dispatch(alert)
+        self._held = []
         unwritten = sorted(self._unwritten)
         if unwritten and self._steps_seen:
             logger.warning(

@@ -13,7 +13,8 @@ cross-rank aggregation first, according to their kind.
   aggregation; without aggregation (one process, ``aggregate_every: 0``) they are not written.
 * per-layer gradient norms (``runner_wrapper.local_norm``): grouped here (one ``bincount``); on a
   multi-rank job their squares ride in the same all-reduce and are averaged over the ranks, then
-  written with the loss at their own steps; otherwise the writing rank's own, at once.
+  written with the loss at their own steps; otherwise the writing rank's own, at once (under
+  ``local/`` when there are several ranks).
 """
 
 from __future__ import annotations
@@ -119,7 +120,10 @@ class MetricRouter:
                 own = layout.tags(metrics.GRAD_NORM_PREFIX, group_squares, metrics.GRAD_NORM_TOTAL)
                 self.rank_run.add_scalars(step_metrics.step, own)  # this rank's own, for debugging
         elif group_squares is not None:
-            step_metrics.model.update(layout.tags(metrics.GRAD_NORM_PREFIX, group_squares, metrics.GRAD_NORM_TOTAL))
+            norms = layout.tags(metrics.GRAD_NORM_PREFIX, group_squares, metrics.GRAD_NORM_TOTAL)
+            if self.topology.world_size > 1:  # one rank's local values, like the loss without aggregation
+                norms = {LOCAL_PREFIX + tag: value for tag, value in norms.items()}
+            step_metrics.model.update(norms)
 
     def log_values(self, step: int, values: dict[str, float], kind: MetricKind) -> None:
         """Custom values (log_scalars) at ``step``, treated like built-in metrics of ``kind``. Never

@@ -1,0 +1,163 @@
+"""Per-layer norms without MindSpore: parameter names to groups (legacy LLaMA/Qwen and mcore models),
+group norms from per-parameter squared norms, their cross-rank combination on simulated ranks (the
+fake collective really sums), and the sentence that names the culprit groups in an alert. Real
+trainings: tests/test_layer_norms.py; a real 2-rank job: tests/test_msrun_jobs.py."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from test_metric_router import fresh_listeners, make_job, train  # noqa: F401  (fixture used by the router tests)
+
+from mindformers_tbplugin.alerts.culprits import GradientCulprits
+from mindformers_tbplugin.alerts.record import Alert
+from mindformers_tbplugin.pipeline.aggregation import GradientAggregator
+from mindformers_tbplugin.pipeline.gradient_groups import GroupLayout, layer_group, log10_norms
+from mindformers_tbplugin.pipeline.metrics import StepMetrics
+
+LEGACY_LLAMA = [  # the tiny LLaMA's optimizer order (norm weights after the head: weight-decay groups)
+    "model.tok_embeddings.embedding_weight",
+    "model.layers.0.attention.wq.weight",
+    "model.layers.0.feed_forward.w2.weight",
+    "model.layers.1.attention.wv.weight",
+    "model.layers.10.attention.wo.weight",
+    "lm_head.weight",
+    "model.layers.0.ffn_norm.weight",
+    "model.layers.1.attention_norm.weight",
+    "model.norm_out.weight",
+]
+MCORE = {
+    "model.embedding.word_embeddings.weight": "embedding",
+    "model.decoder.layers.0.input_layernorm.weight": "layers.0",
+    "model.decoder.layers.0.self_attention.linear_qkv.weight": "layers.0",
+    "model.decoder.layers.11.mlp.experts.weight1": "layers.11",
+    "model.decoder.final_layernorm.weight": "final_norm",
+    "model.output_layer.weight": "head",
+    "model.mtp.layers.0.enorm.weight": "mtp.layers.0",
+    "model.something_else.bias": "other",
+}
+
+
+def test_legacy_llama_and_qwen_names_group_by_layer_in_numeric_order() -> None:
+    layout = GroupLayout.of(LEGACY_LLAMA, "layer")
+    assert layout.groups == ("embedding", "layers.0", "layers.1", "layers.10", "final_norm", "head")
+    assert [layout.groups[i] for i in layout.index] == [
+        "embedding", "layers.0", "layers.0", "layers.1", "layers.10", "head", "layers.0", "layers.1", "final_norm"
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "group"), MCORE.items())
+def test_mcore_names_group_by_layer(name: str, group: str) -> None:
+    assert layer_group(name) == group
+
+
+def test_param_grouping_keeps_every_parameter_and_patterns_name_their_groups() -> None:
+    assert GroupLayout.of(LEGACY_LLAMA, "param").groups == tuple(LEGACY_LLAMA)
+    layout = GroupLayout.of(LEGACY_LLAMA, ["*attention.w*", "*feed_forward*"])
+    assert set(layout.groups) == {"*attention.w*", "*feed_forward*", "other"}
+    squares = np.arange(1.0, len(LEGACY_LLAMA) + 1)
+    tags = layout.tags("grad_norm/", layout.group_squares(squares), "grad_norm/total")
+    assert tags["grad_norm/*feed_forward*"] == pytest.approx(math.sqrt(3.0))
+    assert tags["grad_norm/*attention.w*"] == pytest.approx(math.sqrt(2.0 + 4.0 + 5.0))
+
+
+def test_group_norms_compose_to_the_total() -> None:
+    layout = GroupLayout.of(LEGACY_LLAMA, "layer")
+    squares = np.random.default_rng(0).random(len(LEGACY_LLAMA)) ** 4
+    tags = layout.tags("grad_norm/", layout.group_squares(squares), "grad_norm/total")
+    groups = [value for tag, value in tags.items() if tag != "grad_norm/total"]
+    assert sum(v * v for v in groups) == pytest.approx(squares.sum(), rel=1e-12)
+    assert tags["grad_norm/total"] ** 2 == pytest.approx(squares.sum(), rel=1e-12)
+
+
+def test_log10_norms_leave_zero_gradients_out() -> None:
+    values = log10_norms(np.array([1e-4, 0.0, 100.0]))
+    assert values[0] == pytest.approx(-2.0) and values[2] == pytest.approx(1.0) and np.isneginf(values[1])
+
+
+def test_the_aggregator_averages_squares_over_the_ranks_that_sent_them() -> None:
+    ranks = [GradientAggregator(4, 2) for _ in range(3)]
+    for rank, aggregator in enumerate(ranks):
+        aggregator.add(1, np.array([1.0 + rank, 4.0]))
+        aggregator.add(2, None if rank == 2 else np.array([9.0, 16.0 * (rank + 1)]))  # rank 2 had none
+    reduced = np.sum([aggregator.pack() for aggregator in ranks], axis=0)
+    means = ranks[0].unpack(reduced)
+    assert means[1].tolist() == [2.0, 4.0]
+    assert means[2].tolist() == [9.0, 24.0]
+    assert ranks[0].pending == []
+
+
+def test_group_norms_of_two_ranks_are_the_root_mean_square_written_at_their_own_steps() -> None:
+    layout = GroupLayout.of(["model.layers.0.w", "model.layers.1.w", "lm_head.weight"], "layer")
+    ranks = make_job(2, aggregate_every=4, gradient_groups=layout, rank_policy="all")
+
+    def metrics_of(rank: int, step: int) -> StepMetrics:
+        step_metrics = StepMetrics(step, data={"train/loss": 1.0})
+        step_metrics.grad_squares = np.array([1.0, 4.0, 9.0]) * (step + 3 * rank)
+        return step_metrics
+
+    train(ranks, range(1, 7), metrics_of)
+    main = ranks[0].main
+    for step in range(1, 7):
+        mean_scale = (step + step + 3) / 2
+        expected = {"layers.0": 1.0, "layers.1": 4.0, "head": 9.0}
+        for group, square in expected.items():
+            ((_, value),) = [(s, v) for s, v in main.series(f"grad_norm/{group}") if s == step]
+            assert value == pytest.approx(math.sqrt(square * mean_scale), rel=1e-6)
+        ((_, total),) = [(s, v) for s, v in main.series("grad_norm/total") if s == step]
+        assert total == pytest.approx(math.sqrt(14.0 * mean_scale), rel=1e-6)
+    # one event per step: the group norms travel with the loss of their step
+    assert all("train/loss" in values for _, values in main.calls if "grad_norm/total" in values)
+    # rank_policy all: each rank's own values in its rank run
+    own = ranks[1].rank_run.series("grad_norm/head")
+    assert own == [(step, pytest.approx(math.sqrt(9.0 * (step + 3)))) for step in range(1, 7)]
+    assert {size for rank in ranks for size in rank.collectives.sizes} == {ranks[0].collectives.sizes[0]}
+
+
+def test_one_rank_writes_its_own_group_norms_at_once() -> None:
+    layout = GroupLayout.of(["model.layers.0.w", "lm_head.weight"], "layer")
+    (rank,) = make_job(1, aggregate_every=4, gradient_groups=layout, rank_runs=False)
+
+    def metrics_of(_rank: int, step: int) -> StepMetrics:
+        step_metrics = StepMetrics(step, data={"train/loss": 1.0})
+        step_metrics.grad_squares = np.array([4.0, 9.0])
+        return step_metrics
+
+    train([rank], range(1, 3), metrics_of)
+    assert rank.main.series("grad_norm/layers.0") == [(1, 2.0), (2, 2.0)]
+    assert rank.main.series("grad_norm/total") == [(step, pytest.approx(math.sqrt(13.0))) for step in (1, 2)]
+
+
+def _alert(step: int, tag: str = "train/grad_norm") -> Alert:
+    return Alert("spike", tag, step, 9.0, 1.0, "train/grad_norm 9 is 9x its median", "warning")
+
+
+def test_culprits_are_ranked_by_their_own_median_not_by_size() -> None:
+    culprits = GradientCulprits()
+    for _ in range(5):
+        culprits.remember({"grad_norm/embedding": 1.0, "grad_norm/layers.0": 0.1, "grad_norm/layers.1": 0.01})
+    values = {"grad_norm/embedding": 1.1, "grad_norm/layers.0": 0.1, "grad_norm/layers.1": 0.5, "grad_norm/total": 1.2}
+    message = culprits.annotate(_alert(6), values).message
+    assert message.endswith(
+        "largest gradient norms against their recent median: layers.1 0.5 (50x its median), "
+        "embedding 1.1 (1.1x its median), layers.0 0.1 (1x its median)"
+    )
+    nonfinite = culprits.annotate(_alert(7), {**values, "grad_norm/layers.0": math.nan}).message
+    assert "median: layers.0 nan, layers.1 0.5" in nonfinite
+    assert culprits.annotate(_alert(8, "train/loss"), values).message == _alert(8).message
+
+
+def test_without_aggregation_a_multi_rank_job_writes_the_writer_ranks_own_under_local() -> None:
+    layout = GroupLayout.of(["model.layers.0.w", "lm_head.weight"], "layer")
+    ranks = make_job(2, aggregate_every=0, gradient_groups=layout, rank_runs=False)
+
+    def metrics_of(rank: int, step: int) -> StepMetrics:
+        step_metrics = StepMetrics(step, data={"train/loss": 1.0})
+        step_metrics.grad_squares = np.array([4.0, 9.0]) * (1 + rank)
+        return step_metrics
+
+    train(ranks, range(1, 3), metrics_of)
+    assert ranks[0].main.series("local/grad_norm/layers.0") == [(1, 2.0), (2, 2.0)]
+    assert not [tag for tag in ranks[0].main.tags() if tag.startswith("grad_norm/")]
