@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import HELPERS, REPO, TrainingRun, read_scalars, run_dirs, subprocess_env, train
+from conftest import HELPERS, MFTB, REPO, TrainingRun, read_scalars, run_dirs, subprocess_env, train
 
 pytestmark = pytest.mark.slow
 
@@ -109,6 +110,17 @@ def test_an_exploding_layer_is_the_one_the_alert_names(tmp_path: Path, tiny_data
     assert culprits[0].startswith("layers.1 "), message
     assert len(culprits) == 3
     assert "layers.1" in run.output and "its median" in run.output  # the log sink says the same
+    # mftb watch reads the group tags like any other
+    rule = "spike,tag=grad_norm/layers.1,k=20,window=6,min_points=6"
+    watch = subprocess.run(
+        [MFTB, "watch", "--once", "--rule", rule, str(tmp_path / "tb")],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=120,
+    )
+    assert watch.returncode == 1, watch.stdout + watch.stderr
+    assert "grad_norm/layers.1 spiked" in watch.stdout and "at step 9" in watch.stdout, watch.stdout
 
 
 def test_without_local_norm_nothing_of_it_is_written(tiny_run: TrainingRun) -> None:

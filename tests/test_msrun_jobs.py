@@ -435,17 +435,37 @@ def test_rank_policy_all_gives_every_rank_its_own_values(tmp_path: Path, tiny_da
     assert {v for _, v in read_scalars(job.run_dir)["custom/d0"]} == {0.5}  # the main run still averages
 
 
+# Layer 1's attention output projection gets 100x its gradient, the model's function unchanged
+# (tests/helpers/layer_norm_hooks.py).
+EXPLODING = {"model.layers.1.attention.wv.weight": 100.0, "model.layers.1.attention.wo.weight": 0.01}
 GRAD_GROUPS = ("embedding", "layers.0", "layers.1", "final_norm", "head")
 
 
 def test_per_layer_gradient_norms_are_the_root_mean_square_of_the_ranks_own(tmp_path: Path, tiny_data: Path) -> None:
     """With local_norm each rank's wrapper returns its local (pre-reduction) gradient norms; the main
     run's grad_norm/<group> is sqrt of the mean over ranks of their squares, at every logged step
-    (6 steps: one full interval of 4 and the 2 steps aggregated at the end)."""
+    (10 steps: two full intervals of 4 and the 2 steps aggregated at the end). Layer 1's gradient
+    explodes at step 6: the alert on train/grad_norm (written at once) waits for step 6's group norms
+    (written at the aggregation of step 8) and names layer 1."""
     wrapper = {"local_norm": True, "use_clip_grad": True}
-    job = _small_job(tmp_path, tiny_data, steps=6, runner_wrapper=wrapper, rank_policy="all", log_every=1)
+    alerts = tmp_path / "alerts.jsonl"
+    explode = {"type": "ExplodeLayer", "auto_register": "layer_norm_hooks.ExplodeLayer", "step": 6, "scales": EXPLODING}
+    rule = {"rule": "spike", "tag": "train/grad_norm", "k": 20, "window": 4, "min_points": 4}
+    alert_monitor = {"type": "AlertMonitor", "rules": [rule], "sinks": [{"jsonl": str(alerts)}]}
+    job = _small_job(
+        tmp_path,
+        tiny_data,
+        steps=10,
+        more_callbacks=(alert_monitor, explode),
+        runner_wrapper=wrapper,
+        rank_policy="all",
+        log_every=1,
+    )
+    first = json.loads(alerts.read_text().splitlines()[0])
+    assert (first["tag"], first["step"]) == ("train/grad_norm", 6)
+    assert "against their recent median: layers.1 " in first["message"], first["message"]
     tags = [f"grad_norm/{group}" for group in GRAD_GROUPS]
-    steps = list(range(1, 7))
+    steps = list(range(1, 11))
     main = read_scalars(job.run_dir)
     own = [read_scalars(job.run_dir / f"rank_{rank}") for rank in (0, 1)]
     for tag in [*tags, "grad_norm/total"]:
