@@ -161,3 +161,21 @@ def test_without_aggregation_a_multi_rank_job_writes_the_writer_ranks_own_under_
     train(ranks, range(1, 3), metrics_of)
     assert ranks[0].main.series("local/grad_norm/layers.0") == [(1, 2.0), (2, 2.0)]
     assert not [tag for tag in ranks[0].main.tags() if tag.startswith("grad_norm/")]
+
+
+@pytest.mark.parametrize("value", ["layers", [], ["*attention*", " "], 3])
+def test_a_wrong_norm_groups_is_reported_with_what_is_allowed(value: object) -> None:
+    from mindformers_tbplugin.callbacks import TensorBoardMonitor
+    from mindformers_tbplugin.config.schema import check_entry
+
+    (problem,) = check_entry(TensorBoardMonitor, {"norm_groups": value})
+    assert problem.key == "norm_groups"
+    assert "expected 'layer', 'param' or a non-empty list of name patterns" in problem.message
+
+
+@pytest.mark.parametrize("value", ["layer", "param", ["*attention*", "*feed_forward*"]])
+def test_the_norm_groups_users_write_are_accepted(value: object) -> None:
+    from mindformers_tbplugin.callbacks import TensorBoardMonitor
+    from mindformers_tbplugin.config.schema import check_entry
+
+    assert check_entry(TensorBoardMonitor, {"norm_groups": value}) == []

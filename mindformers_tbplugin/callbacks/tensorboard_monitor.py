@@ -21,6 +21,7 @@ from mindformers_tbplugin.framework.system_stats import MemoryReadings
 from mindformers_tbplugin.framework.trainers import MonitorCallback, StepEnd, TrainStart
 from mindformers_tbplugin.log import WarnOnce, logger
 from mindformers_tbplugin.pipeline import custom_metrics, listeners, metrics
+from mindformers_tbplugin.pipeline.gradient_groups import NORM_GROUPS
 from mindformers_tbplugin.pipeline.metrics import MetricKind, StepMetrics
 from mindformers_tbplugin.pipeline.routing import MetricRouter, RouterOptions
 from mindformers_tbplugin.pipeline.topology import Topology
@@ -101,7 +102,7 @@ class TensorBoardMonitor(MonitorCallback):
         log_every: Annotated[int, Range(min=1)] = 1,
         flush_secs: Annotated[float, Range(min=0.1, max=3600)] = 5.0,
         param_norm_every: Annotated[int, Range(min=0)] = 100,
-        norm_groups: Literal["layer", "param"] | list[str] = "layer",
+        norm_groups: Annotated[str | list[str], NORM_GROUPS] = "layer",
         grad_hist_every: Annotated[int, Range(min=0)] = 100,
         log_memory: bool = True,
         vs_samples: bool = False,

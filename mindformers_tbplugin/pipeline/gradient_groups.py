@@ -17,8 +17,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mindformers_tbplugin.config.schema import NON_EMPTY_TEXT, Kind
+
 GROUPINGS = ("layer", "param")
 OTHER_GROUP = "other"
+
+
+def _is_grouping(value: object) -> bool:
+    if isinstance(value, str):
+        return value in GROUPINGS
+    return isinstance(value, list) and bool(value) and all(isinstance(v, str) and v.strip() for v in value)
+
+
+# The type of the ``norm_groups`` option.
+NORM_GROUPS = Kind(
+    "'layer', 'param' or a non-empty list of name patterns",
+    _is_grouping,
+    {"anyOf": [{"enum": list(GROUPINGS)}, {"type": "array", "minItems": 1, "items": NON_EMPTY_TEXT.json_schema}]},
+)
 
 # ``model.layers.3.attention.wq.weight`` (legacy), ``decoder.layers.3.self_attention...`` (mcore):
 # the word before ``layers`` says whose layers they are; the main stack's are plain ``layers.N``.
