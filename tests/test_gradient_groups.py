@@ -77,15 +77,20 @@ def test_log10_norms_leave_zero_gradients_out() -> None:
     assert values[0] == pytest.approx(-2.0) and values[2] == pytest.approx(1.0) and np.isneginf(values[1])
 
 
-def test_the_aggregator_averages_squares_over_the_ranks_that_sent_them() -> None:
+def test_the_aggregator_averages_squares_over_the_ranks_that_hold_each_group() -> None:
     ranks = [GradientAggregator(4, 2) for _ in range(3)]
     for rank, aggregator in enumerate(ranks):
         aggregator.add(1, np.array([1.0 + rank, 4.0]))
         aggregator.add(2, None if rank == 2 else np.array([9.0, 16.0 * (rank + 1)]))  # rank 2 had none
+        # step 3: the first group lives on rank 0 only (a pipeline stage), the second on ranks 1 and 2
+        aggregator.add(3, np.array([25.0, 0.0]) if rank == 0 else np.array([0.0, 2.0 * rank]))
+        aggregator.add(4, None)  # nobody had values: the step is not written
     reduced = np.sum([aggregator.pack() for aggregator in ranks], axis=0)
     means = ranks[0].unpack(reduced)
     assert means[1].tolist() == [2.0, 4.0]
     assert means[2].tolist() == [9.0, 24.0]
+    assert means[3].tolist() == [25.0, 3.0]
+    assert sorted(means) == [1, 2, 3]
     assert ranks[0].pending == []
 
 

@@ -126,9 +126,10 @@ class DataAggregator:
 class GradientAggregator:
     """Packs an interval's per-group squared gradient norms (``runner_wrapper.local_norm``) for the
     same all-reduce. Each rank's are its local gradients' (before the data-parallel reduction); the
-    combination is their mean over ranks, so the written norm is the root mean square of the ranks'
-    group norms. Layout (float32): ``[ranks that sent a row (K), sums (K x G)]``; a row without
-    values (this rank could not read them) counts 0, so the steps stay aligned across ranks.
+    combination is their mean over the ranks that hold the group (a non-zero value: with pipeline
+    stages, a layer's gradient exists on its stage's ranks only), so the written norm is the root
+    mean square of those ranks' group norms. Layout (float32): ``[sums (K x G), holders (K x G)]``;
+    a rank without values at a step (it could not read them) sends zeros, so steps stay aligned.
     """
 
     def __init__(self, steps_per_interval: int, group_count: int) -> None:
@@ -138,25 +139,27 @@ class GradientAggregator:
 
     @property
     def size(self) -> int:
-        return self.capacity_steps * (1 + self.group_count)
+        return 2 * self.capacity_steps * self.group_count
 
     def add(self, step: int, group_squares: np.ndarray | None) -> None:
         self.pending.append((step, group_squares))
 
     def pack(self) -> np.ndarray:
         vector = np.zeros(self.size, dtype=np.float32)
-        sums = vector[self.capacity_steps :].reshape(self.capacity_steps, self.group_count)
+        sums, holders = vector.reshape(2, self.capacity_steps, self.group_count)
         for row, (_, squares) in enumerate(self.pending[: self.capacity_steps]):
             if squares is not None and squares.size == self.group_count:
-                vector[row] = 1.0
                 sums[row] = squares
+                holders[row] = squares > 0
         return vector
 
     def unpack(self, reduced: np.ndarray) -> dict[int, np.ndarray]:
-        """``{step: mean over ranks of the group squares}`` from the summed vector; clears the interval."""
+        """``{step: mean over the holding ranks of the group squares}`` (0 for a group nobody
+        holds) for the steps any rank sent; clears the interval."""
         pending, self.pending = self.pending[: self.capacity_steps], []
-        sums = reduced[self.capacity_steps :].reshape(self.capacity_steps, self.group_count).astype(np.float64)
-        return {step: sums[row] / reduced[row] for row, (step, _) in enumerate(pending) if reduced[row] > 0}
+        sums, holders = reduced.astype(np.float64).reshape(2, self.capacity_steps, self.group_count)
+        means = np.divide(sums, holders, out=np.zeros_like(sums), where=holders > 0)
+        return {step: means[row] for row, (step, _) in enumerate(pending) if holders[row].any()}
 
 
 # ---------------------------------------------------------------------------------------------
