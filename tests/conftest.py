@@ -53,10 +53,13 @@ def write_tiny_config(
     callbacks: list[dict],
     num_samples: int = 64,
     name: str = "tiny.yaml",
+    local_norm: bool = False,
     **top_level: object,
 ) -> Path:
-    """The bundled tiny config with its paths, size and callbacks changed for a test."""
+    """The bundled tiny config with its paths, size and callbacks changed for a test; per-layer
+    gradient norms (``runner_wrapper.local_norm``) off unless asked for."""
     config = yaml.safe_load(TINY_CONFIG.read_text())
+    config["runner_wrapper"]["local_norm"] = local_norm
     config["output_dir"] = str(folder / "output")
     config["train_dataset"]["data_loader"]["dataset_dir"] = str(data)
     config["train_dataset"]["data_loader"]["num_samples"] = num_samples
