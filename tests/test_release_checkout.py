@@ -38,14 +38,17 @@ def run(command: list[str], cwd: Path | str, timeout: int = 900) -> subprocess.C
 
 def test_run_mindformer_from_the_checkout_root_logs_what_mflossmonitor_printed(tmp_path: Path, tiny_data: Path) -> None:
     callbacks = [{"type": "MFLossMonitor"}, dict(MONITOR, log_dir=str(tmp_path / "tb"))]
-    config = write_tiny_config(tmp_path, tiny_data, callbacks, num_samples=16)
+    config = write_tiny_config(tmp_path, tiny_data, callbacks, num_samples=16, local_norm=True)
     result = run([sys.executable, "run_mindformer.py", "--config", str(config)], cwd=CHECKOUT)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-5000:]
     printed = mf_losses(output)
     (run_dir,) = run_dirs(tmp_path / "tb")
-    losses = read_scalars(run_dir)["train/loss"]
+    scalars = read_scalars(run_dir)
+    losses = scalars["train/loss"]
     assert [step for step, _ in losses] == list(range(1, 9)) == sorted(printed)
+    for group in ("embedding", "layers.0", "layers.1", "final_norm", "head", "total"):  # local_norm: True
+        assert [step for step, _ in scalars[f"grad_norm/{group}"]] == list(range(1, 9)), group
     for step, loss in losses:
         assert abs(loss - printed[step][0]) <= 1e-6, (step, loss, printed[step])
 
