@@ -319,3 +319,18 @@ def test_the_saving_quoted_is_the_one_benchmarks_md_measured() -> None:
         f"+{BUILTIN_COST['section_pct']:.2f}%",
     )
     assert row("+ TensorBoardMonitor, log_every 1")[1] == f"+{BUILTIN_COST['monitor_pct']:.2f}%"
+
+
+@pytest.mark.parametrize("local_norm", [True, False, None])
+def test_per_layer_norm_options_without_local_norm_get_a_note(tmp_path: Path, local_norm: bool | None) -> None:
+    wrapper = "" if local_norm is None else f"runner_wrapper:\n  type: MFTrainOneStepCell\n  local_norm: {local_norm}\n"
+    config = tmp_path / "norms.yaml"
+    config.write_text(
+        wrapper + "callbacks:\n  - type: TensorBoardMonitor\n    log_dir: ./tb\n    norm_groups: param\n"
+        "    grad_hist_every: 50\n"
+    )
+    report = check_file(config, our_callbacks())
+    assert report.exit_code == 0, report.render()
+    notes = [f.render() for f in report.notes if f.path.endswith(("norm_groups", "grad_hist_every"))]
+    expected = "takes effect only with per-layer gradient norms: add 'local_norm: True' under runner_wrapper"
+    assert all(expected in note for note in notes) and len(notes) == (0 if local_norm else 2)

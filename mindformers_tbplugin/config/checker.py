@@ -183,6 +183,19 @@ class _Checker:
             notes = getattr(cls, NOTES_HOOK, None)
             for note in notes(arguments) if notes else ():
                 self.note(f"{where}.{note.key}", note.message)
+            self.note_idle_layer_norm_options(where, arguments)
+
+    def note_idle_layer_norm_options(self, where: str, arguments: dict) -> None:
+        """Per-layer norm options written while the wrapper does not return per-parameter norms."""
+        wrapper = self.document.get("runner_wrapper")
+        if isinstance(wrapper, dict) and wrapper.get("local_norm") is True:
+            return
+        for key in ("norm_groups", "grad_hist_every"):
+            if key in arguments:
+                self.note(
+                    f"{where}.{key}",
+                    "takes effect only with per-layer gradient norms: add 'local_norm: True' under runner_wrapper",
+                )
 
     def warn_likely_mistakes(self, where: str, cls: type, arguments: dict) -> None:
         if "log_dir" in arguments:
