@@ -1,14 +1,20 @@
 """Per-layer norms without MindSpore: parameter names to groups (legacy LLaMA/Qwen and mcore models),
 group norms from per-parameter squared norms, their cross-rank combination on simulated ranks (the
-fake collective really sums), and the sentence that names the culprit groups in an alert. Real
-trainings: tests/test_layer_norms.py; a real 2-rank job: tests/test_msrun_jobs.py."""
+fake collective really sums), and the sentence that names the culprit groups in an alert. The names
+of real mcore models built by MindFormers (slow); real trainings: tests/test_layer_norms.py; a real
+2-rank job: tests/test_msrun_jobs.py."""
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import subprocess_env
 from test_metric_router import fresh_listeners, make_job, train  # noqa: F401  (fixture used by the router tests)
 
 from mindformers_tbplugin.alerts.culprits import GradientCulprits
@@ -28,14 +34,28 @@ LEGACY_LLAMA = [  # the tiny LLaMA's optimizer order (norm weights after the hea
     "model.layers.1.attention_norm.weight",
     "model.norm_out.weight",
 ]
+# Real names of MindFormers' mcore models (mindformers/parallel_core GPTModel, built with ``auto_prefix=False``
+# so without a ``model.`` prefix): TrainingQwen3ForCausalLM and TrainingDeepseekV3ForCausalLM (MoE from layer 1,
+# ``num_nextn_predict_layers: 1``) of mindformers 1.9.0 and 2.0.0 with ``use_legacy: False``, 2 layers, hidden 64.
+# test_real_mcore_models_group_by_layer builds them.
 MCORE = {
-    "model.embedding.word_embeddings.weight": "embedding",
-    "model.decoder.layers.0.input_layernorm.weight": "layers.0",
-    "model.decoder.layers.0.self_attention.linear_qkv.weight": "layers.0",
-    "model.decoder.layers.11.mlp.experts.weight1": "layers.11",
-    "model.decoder.final_layernorm.weight": "final_norm",
-    "model.output_layer.weight": "head",
-    "model.mtp.layers.0.enorm.weight": "mtp.layers.0",
+    "embedding.word_embeddings.weight": "embedding",
+    "decoder.layers.0.input_layernorm.weight": "layers.0",
+    "decoder.layers.0.self_attention.linear_qkv.weight": "layers.0",
+    "decoder.layers.0.self_attention.q_layernorm.weight": "layers.0",
+    "decoder.layers.0.mlp.linear_fc1.weight": "layers.0",
+    "decoder.layers.1.self_attention.linear_kvb.weight": "layers.1",
+    "decoder.layers.1.mlp.router.weight": "layers.1",
+    "decoder.layers.11.mlp.experts.weight1": "layers.11",
+    "decoder.layers.1.mlp.shared_experts.linear_fc2.weight": "layers.1",
+    "decoder.final_layernorm.weight": "final_norm",
+    "mtp.layers.0.enorm.weight": "mtp.layers.0",
+    "mtp.layers.0.eh_proj.weight": "mtp.layers.0",
+    "mtp.layers.0.transformer_layer.mlp.experts.weight2": "mtp.layers.0",
+    "mtp.layers.0.final_layernorm.weight": "mtp.layers.0",
+    "output_layer.weight": "head",
+    "model.decoder.layers.2.pre_mlp_layernorm.weight": "layers.2",  # the same, held by a cell as ``model``
+    "model.mtp.layers.0.hnorm.weight": "mtp.layers.0",
     "model.something_else.bias": "other",
 }
 
@@ -51,6 +71,63 @@ def test_legacy_llama_and_qwen_names_group_by_layer_in_numeric_order() -> None:
 @pytest.mark.parametrize(("name", "group"), MCORE.items())
 def test_mcore_names_group_by_layer(name: str, group: str) -> None:
     assert layer_group(name) == group
+
+
+# Builds tiny mcore models in a fresh interpreter (MindFormers' context is process-wide and it logs
+# under ./output) and prints their trainable parameters' names.
+BUILD_MCORE_MODELS = """
+import json
+from mindformers.core.context.build_context import build_context
+build_context({"use_legacy": False, "context": {"mode": 0, "device_target": "CPU"}, "parallel": {}})
+from mindformers.models.deepseek3.configuration_deepseek_v3 import DeepseekV3Config
+from mindformers.models.deepseek3.modeling_deepseek_v3_train import TrainingDeepseekV3ForCausalLM
+from mindformers.models.qwen3.configuration_qwen3 import Qwen3Config
+from mindformers.models.qwen3.modeling_qwen3_train import TrainingQwen3ForCausalLM
+tiny = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=4, max_position_embeddings=64, seq_length=32, tie_word_embeddings=False,
+            params_dtype="float32", compute_dtype="float32", layernorm_compute_dtype="float32",
+            softmax_compute_dtype="float32", rotary_dtype="float32", use_flash_attention=False)
+qwen3 = TrainingQwen3ForCausalLM(Qwen3Config(head_dim=16, **tiny))
+deepseek = TrainingDeepseekV3ForCausalLM(DeepseekV3Config(
+    moe_intermediate_size=32, num_nextn_predict_layers=1, n_shared_experts=1, n_routed_experts=4,
+    num_experts_per_tok=2, n_group=1, topk_group=1, kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8,
+    v_head_dim=16, qk_nope_head_dim=16, first_k_dense_replace=1, moe_grouped_gemm=True, **tiny))
+print("NAMES " + json.dumps({model: [p.name for p in net.trainable_params()]
+                             for model, net in (("qwen3", qwen3), ("deepseek_v3", deepseek))}))
+"""
+# Where each part of a GPTModel lives: layers.N and mtp.layers.N by their index.
+MCORE_PARTS = {"embedding.": "embedding", "decoder.final_layernorm.": "final_norm", "output_layer.": "head"}
+
+
+@pytest.mark.slow
+def test_real_mcore_models_group_by_layer(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", BUILD_MCORE_MODELS],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("NAMES ")]
+    names = json.loads(line.removeprefix("NAMES "))
+    for model, groups in {
+        "qwen3": ("embedding", "layers.0", "layers.1", "final_norm", "head"),
+        "deepseek_v3": ("embedding", "layers.0", "layers.1", "mtp.layers.0", "final_norm", "head"),
+    }.items():
+        assert GroupLayout.of(names[model], "layer").groups == groups, model
+        for name in names[model]:
+            parts = name.split(".")
+            if parts[0] == "decoder" and parts[1] == "layers":
+                expected = f"layers.{parts[2]}"
+            elif parts[0] == "mtp":
+                expected = f"mtp.layers.{parts[2]}"
+            else:
+                expected = next((g for prefix, g in MCORE_PARTS.items() if name.startswith(prefix)), "unknown")
+            assert layer_group(name) == expected, name
+    deepseek = names["deepseek_v3"]
+    assert "decoder.layers.1.mlp.experts.weight1" in deepseek and "mtp.layers.0.enorm.weight" in deepseek
 
 
 def test_param_grouping_keeps_every_parameter_and_patterns_name_their_groups() -> None:
