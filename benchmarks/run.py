@@ -22,6 +22,7 @@ from benchmarks import (
     event_bytes,
     histogram_cost,
     import_cost,
+    layer_norms,
     monitor_cost,
     queue_memory,
     training_overhead,
@@ -30,7 +31,7 @@ from benchmarks import (
 )
 
 # Modules with markdown_section(quick) -> (text, missed targets), written in this order.
-SECTIONS = [encode_cost, event_bytes, import_cost, queue_memory, training_overhead, monitor_cost]
+SECTIONS = [encode_cost, event_bytes, import_cost, queue_memory, training_overhead, monitor_cost, layer_norms]
 
 TARGET_US = 20.0
 TARGET_RATIO = 50.0
