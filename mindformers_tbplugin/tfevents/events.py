@@ -22,6 +22,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 from tensorboard.compat.proto import (
     attr_value_pb2,
     event_pb2,
@@ -129,6 +130,26 @@ def histogram_event(
 
 # -- HParams ------------------------------------------------------------------------------------------
 _HPARAM_TYPES = {str: api_pb2.DATA_TYPE_STRING, bool: api_pb2.DATA_TYPE_BOOL, float: api_pb2.DATA_TYPE_FLOAT64}
+
+
+def tensor_event(
+    step: int, wall_time: float, tag: str, array: np.ndarray, plugin_name: str, content: bytes
+) -> event_pb2.Event:
+    """A tensor summary owned by a plugin: ``array`` (float16 or float32) as raw little-endian bytes,
+    the plugin's ``content`` in the summary metadata (TensorBoard's loaders keep both)."""
+    dtype = {"float16": types_pb2.DT_HALF, "float32": types_pb2.DT_FLOAT}[array.dtype.name]
+    tensor = tensor_pb2.TensorProto(
+        dtype=dtype,
+        tensor_shape=tensor_shape_pb2.TensorShapeProto(
+            dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=size) for size in array.shape]
+        ),
+        tensor_content=np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False).tobytes(),
+    )
+    metadata_proto = summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=plugin_name, content=content),
+        data_class=summary_pb2.DATA_CLASS_TENSOR,
+    )
+    return _summary_event(step, wall_time, summary_pb2.Summary.Value(tag=tag, metadata=metadata_proto, tensor=tensor))
 
 
 def _hparams_event(step: int, wall_time: float, tag: str, data: plugin_data_pb2.HParamsPluginData) -> event_pb2.Event:
