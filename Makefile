@@ -9,7 +9,7 @@ INSTALLED := $(VENV)/.installed
 DEMO_CONFIG := configs/tiny/llama_tiny_cpu.yaml
 DEMO_LOGS := $(CURDIR)/output/tensorboard
 
-.PHONY: install demo test test-fast lint bench bench-quick clean browser screenshot compat
+.PHONY: install demo ranks-demo test test-fast lint bench bench-quick clean browser screenshot compat
 
 install: $(INSTALLED)
 
@@ -34,6 +34,22 @@ demo: $(RUNTIME)
 	echo ""; \
 	echo "Run folder: $$run"; \
 	echo "View it:    $(CURDIR)/$(BIN)/mftb tensorboard $(DEMO_LOGS)"; \
+	echo "            then open the URL it prints (http://127.0.0.1:6006/ when that port is free)"
+
+# 8 data-parallel ranks of the tiny LLaMA on this machine (msrun, real collectives): the ranks/matrix records.
+RANKS_CONFIG := configs/tiny/llama_tiny_cpu_dp8.yaml
+RANKS_OUTPUT := $(CURDIR)/output/ranks_demo
+
+ranks-demo: $(RUNTIME)
+	test -f output/data/tiny.mindrecord || $(BIN)/mftb make-data --output output/data/tiny.mindrecord
+	rm -rf $(RANKS_OUTPUT)
+	port=$$($(BIN)/python -c "from mindformers_tbplugin.viewer.tensorboard_server import any_free_port; print(any_free_port())"); \
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/mftb launch --config $(RANKS_CONFIG) --worker_num 8 \
+		--master_port $$port --output_dir $(RANKS_OUTPUT)
+	@run=$$(ls -td $(RANKS_OUTPUT)/tensorboard/llama_tiny_dp8_* | head -n 1); \
+	echo ""; \
+	echo "Run folder: $$run (8 ranks; rank logs in $(RANKS_OUTPUT)/msrun_log/0)"; \
+	echo "View it:    $(CURDIR)/$(BIN)/mftb tensorboard $(RANKS_OUTPUT)/tensorboard"; \
 	echo "            then open the URL it prints (http://127.0.0.1:6006/ when that port is free)"
 
 lint: $(INSTALLED)
