@@ -25,13 +25,23 @@ from benchmarks import (
     layer_norms,
     monitor_cost,
     queue_memory,
+    ranks_dashboard,
     training_overhead,
     watch_throughput,
     writer_overhead,
 )
 
 # Modules with markdown_section(quick) -> (text, missed targets), written in this order.
-SECTIONS = [encode_cost, event_bytes, import_cost, queue_memory, training_overhead, monitor_cost, layer_norms]
+SECTIONS = [
+    encode_cost,
+    event_bytes,
+    import_cost,
+    queue_memory,
+    training_overhead,
+    monitor_cost,
+    layer_norms,
+    ranks_dashboard,
+]
 
 TARGET_US = 20.0
 TARGET_RATIO = 50.0
