@@ -18,6 +18,7 @@ python -m benchmarks.ranks_dashboard [--quick] [--keep DIR]
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import subprocess
@@ -62,6 +63,7 @@ class Measurement:
     rss_after_mb: float = 0.0
     requests: list[Request] = field(default_factory=list)
     note: str = ""
+    straggler: str = ""  # where the planted anomalies are in the stragglers answer
 
 
 def _get(port: int, path: str, timeout: float = 600.0) -> tuple[int, bytes]:
@@ -115,6 +117,23 @@ def _queries(run: str, ranks: int, records: int, straggler: int) -> list[tuple[s
     return queries
 
 
+def _planted(answer: dict, made: synthetic_ranks.SyntheticRanks) -> str:
+    """Where the planted straggler rank and the slow node's ranks are in the stragglers answer."""
+    entries = answer.get("ranks", []) if isinstance(answer, dict) else []
+    listed = [entry.get("rank") for entry in entries if isinstance(entry, dict)]
+    where = (
+        f"listed {listed.index(made.straggler_rank) + 1} of {len(listed)}"
+        if made.straggler_rank in listed
+        else "not listed"
+    )
+    node = range(made.slow_node * synthetic_ranks.RANKS_PER_NODE, (made.slow_node + 1) * synthetic_ranks.RANKS_PER_NODE)
+    since = made.step_of(made.straggler_from_record)
+    return (
+        f"the planted straggler (rank {made.straggler_rank}, slow from step {since}) "
+        f"is {where}; {sum(rank in node for rank in listed)} of the slow node's 8 ranks are listed"
+    )
+
+
 def measure(ranks: int, records: int, keep: Path | None = None) -> Measurement:
     with tempfile.TemporaryDirectory(prefix="mftb-ranks-") as scratch:
         logdir = keep if keep is not None else Path(scratch)
@@ -163,11 +182,17 @@ def measure(ranks: int, records: int, keep: Path | None = None) -> Measurement:
                         request.repeat_ms = elapsed
                 if request.status != 200 and not request.error:
                     request.error = f"HTTP {request.status}: {body[:200].decode(errors='replace')}"
+                elif label == "stragglers":
+                    result.straggler = _planted(json.loads(body), made)
                 result.requests.append(request)
             result.rss_after_mb = _tree_rss_mb(process.pid)
         finally:
             tensorboard_server.stop(process)
         return result
+
+
+def _machine() -> str:
+    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
 
 
 def _size(nbytes: int) -> str:
@@ -177,6 +202,8 @@ def _size(nbytes: int) -> str:
 def markdown_section(quick: bool, keep: Path | None = None) -> tuple[str, list[str]]:
     ranks, records = QUICK if quick else FULL
     result = measure(ranks, records, keep)
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    command = "python -m benchmarks.ranks_dashboard" + (" --quick" if quick else "")
     lines = [
         f"## The ranks dashboard: {ranks:,} ranks x {records:,} records in a real TensorBoard",
         "",
@@ -184,6 +211,8 @@ def markdown_section(quick: bool, keep: Path | None = None) -> tuple[str, list[s
         f"record, nodes of 8 ranks, one straggler rank, one slow node, spikes): **{_size(result.file_bytes)}**, "
         f"generated and written in **{result.generate_s:.1f} s**. TensorBoard started as `mftb tensorboard` starts "
         "it (127.0.0.1, default reload flags); requests one at a time, each sent twice (first, repeat).",
+        "",
+        f"Command: `{command}`; {stamp}; machine: {_machine()}.",
         "",
     ]
     if result.first_load_s is None:
@@ -207,6 +236,8 @@ def markdown_section(quick: bool, keep: Path | None = None) -> tuple[str, list[s
                 f"| {request.label} | {_size(request.bytes)} | {request.first_ms:,.0f} | {request.repeat_ms:,.0f} |"
             )
     lines.append("")
+    if result.straggler:
+        lines += [f"`stragglers`: {result.straggler}.", ""]
     return "\n".join(lines), missed
 
 
@@ -216,8 +247,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, help="write the run into this log directory and keep it")
     args = parser.parse_args(argv)
     text, missed = markdown_section(args.quick, args.keep)
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    print(f"{stamp}, {platform.machine()}, {os.cpu_count()} cores\n")
     print(text)
     for message in missed:
         print(f"MISSED: {message}")
