@@ -64,6 +64,8 @@ export PATH="$env_bin:$PATH"
 
 output_dir="$(realpath -m -- "$output_dir")"
 export MFTB_LOG_DIR="$output_dir/tensorboard"
+# Where each rank runs and logs, for the per-rank records' layout (TensorBoardMonitor rank_records).
+export MFTB_NODE_RANK="$node_rank" MFTB_WORKER_LOGS="$output_dir/msrun_log"
 # The folders the runs will really go to, as mftb validate resolves them (YAML log_dir, else MFTB_LOG_DIR).
 tb_listing="$(mktemp)"
 trap 'rm -f "$tb_listing"' EXIT

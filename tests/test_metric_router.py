@@ -121,6 +121,7 @@ def make_job(
             samples_per_step=options.get("samples_per_step"),  # type: ignore[arg-type]
             tokens_per_sample=None,
             gradient_groups=options.get("gradient_groups"),  # type: ignore[arg-type]
+            rank_layout=options.get("rank_layout") if topology.is_writer else None,  # type: ignore[arg-type]
         )
         router = MetricRouter(topology, router_options, main, rank_run, collectives)  # type: ignore[arg-type]
         ranks.append(Rank(topology, router, main, rank_run, collectives))

@@ -531,3 +531,38 @@ def test_without_aggregation_an_alert_stop_is_refused_rather_than_stopping_one_r
     job = _small_job(tmp_path, tiny_data, more_callbacks=(alert_monitor,), aggregate_every=0)
     assert [max(mf_losses(job.worker_log(0, rank))) for rank in (0, 1)] == [8, 8]  # nobody stopped, nobody hung
     assert job.worker_log(0, 0).count("AlertMonitor: action stop not carried out") == 1
+
+
+def test_the_writer_records_every_ranks_step_time_and_memory_for_the_ranks_plugin(
+    tmp_path: Path, tiny_data: Path
+) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import TENSORS
+    from tensorboard.util import tensor_util
+
+    from mindformers_tbplugin.pipeline.rank_records import CHANNELS, PLUGIN_NAME, TAG, RankLayout
+
+    (tmp_path / "on").mkdir(), (tmp_path / "off").mkdir()
+    job = _small_job(tmp_path / "on", tiny_data, steps=12)  # aggregations at 4, 8, 12; rank 1 slowed
+    accumulator = EventAccumulator(str(job.run_dir), size_guidance={TENSORS: 0})
+    accumulator.Reload()
+    plugins = {tag: accumulator.SummaryMetadata(tag).plugin_data.plugin_name for tag in accumulator.Tags()[TENSORS]}
+    assert [tag for tag, plugin in plugins.items() if plugin == PLUGIN_NAME] == [TAG]
+    metadata = accumulator.SummaryMetadata(TAG).plugin_data
+    records = [(event.step, tensor_util.make_ndarray(event.tensor_proto)) for event in accumulator.Tensors(TAG)]
+    assert [step for step, _ in records] == [4, 8, 12]
+    for step, record in records:
+        assert record.shape == (2, len(CHANNELS)), step
+        assert record[1, 0] > record[0, 0], (step, record)  # rank 1's 150 ms sleep
+        assert record[1, 0] > 150 and (record[:, 1] > 0).all(), (step, record)  # step time and host RSS
+    layout = RankLayout.from_content(metadata.content)
+    assert (layout.world_size, layout.steps_per_interval, layout.intervals_per_record) == (2, 4, 1)
+    assert layout.nodes == (0, 0) and layout.node_names[0].startswith("node 0")
+    assert layout.worker_log.format(node=0, rank=1) == str(job.output / "msrun_log" / "0" / "worker_1.log")
+    # Nothing else the monitor writes changes.
+    plain = _small_job(tmp_path / "off", tiny_data, steps=12, rank_records=False)
+    off = EventAccumulator(str(plain.run_dir), size_guidance={TENSORS: 0})
+    off.Reload()
+    assert {tag: off.SummaryMetadata(tag).plugin_data.plugin_name for tag in off.Tags()[TENSORS]} == {
+        tag: plugin for tag, plugin in plugins.items() if tag != TAG
+    }
+    assert set(read_scalars(plain.run_dir)) == set(read_scalars(job.run_dir))

@@ -7,13 +7,13 @@ import socket
 import time
 import warnings
 from collections.abc import Mapping
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from mindformers_tbplugin.callbacks import run_folder
 from mindformers_tbplugin.config.schema import NON_EMPTY_TEXT, ConfigError, Problem, Range, check_entry
 from mindformers_tbplugin.framework import run_description
-from mindformers_tbplugin.framework.collectives import Collectives, agree_on_ints
+from mindformers_tbplugin.framework.collectives import Collectives
 from mindformers_tbplugin.framework.eval_hook import EvalRecorder
 from mindformers_tbplugin.framework.layer_norms import LayerNorms, parameter_norm
 from mindformers_tbplugin.framework.model_facts import ModelFacts, loss_scale_for_pipeline
@@ -92,6 +92,10 @@ class TensorBoardMonitor(MonitorCallback):
             run folders are deleted, or moved to archive_dir, at train begin. 0 keeps all.
         archive_dir: Where keep_last_runs moves old runs instead of deleting them.
         min_free_gb: Warn at train begin when the log file system has less free space than this, in GiB.
+        rank_records: Write every rank's step time and memory per aggregation interval for the ranks
+            dashboard (multi-rank jobs with aggregation).
+        rank_record_budget: Most bytes per training step the per-rank records may average; a large world
+            gets one record per several intervals, their maximum; 0: one record every interval.
     """
 
     def __init__(
@@ -123,6 +127,8 @@ class TensorBoardMonitor(MonitorCallback):
         keep_last_runs: Annotated[int, Range(min=0)] = 0,
         archive_dir: str | None = None,
         min_free_gb: Annotated[float, Range(min=0)] = 1.0,
+        rank_records: bool = True,
+        rank_record_budget: Annotated[int, Range(min=0)] = 1024,
     ) -> None:
         super().__init__()
         arguments = dict(locals())
@@ -164,6 +170,8 @@ class TensorBoardMonitor(MonitorCallback):
         self.keep_last_runs = keep_last_runs
         self.archive_dir = run_folders.absolute_path(archive_dir) if archive_dir else None
         self.min_free_gb = min_free_gb
+        self.rank_records = rank_records
+        self.rank_record_budget = rank_record_budget
         self.resumed_from: int | None = None  # the restored step, when this run continues another
         self._run_info = run_description.RunInfoOptions(hparams=log_hparams, config=log_config, graph=log_graph)
         self._eval_recorder = EvalRecorder(self._log_eval) if log_eval else None
@@ -248,11 +256,18 @@ class TensorBoardMonitor(MonitorCallback):
         self._loss_divisor = loss_scale_for_pipeline(topology, start.train_network)
         self._layer_norms = LayerNorms.for_training(start, self.norm_groups, self.grad_hist_every)
         collectives = Collectives() if topology.communicating else None
-        self.run_dir = self._open_run_dir(topology, collectives)
+        pattern, experiment = self.run_name_pattern, self.experiment
+        continued, self.resumed_from = run_folder.run_to_continue(
+            self.log_root, pattern, experiment, self.resume, self.resume_run, self._step
+        )
+        self.run_dir, hosts = run_folder.open_run_dir(
+            self.log_root, pattern, experiment, continued, topology, collectives
+        )
         if topology.is_writer:
             self._writer = self._open_writer(self.run_dir)
             listeners.set_main_run(self.run_dir.relative_to(self.log_root).as_posix())  # AlertMonitor's `run`
-            self._guard("housekeeping", self._housekeeping)
+            retention = (self.run_dir, self.keep_last_runs, self.archive_dir, self.min_free_gb)
+            self._guard("housekeeping", run_folder.housekeeping, self.log_root, pattern, experiment, *retention)
             if self.resumed_from is not None:
                 self._mark_restart(start.checkpoint)
             on_sigterm(self._on_sigterm)
@@ -263,6 +278,7 @@ class TensorBoardMonitor(MonitorCallback):
         if topology.world_size > 1 and (per_rank or self.rank_policy == "all"):
             self.rank_run_dir = self.run_dir / f"rank_{topology.rank}"
             rank_writer = self._open_writer(self.rank_run_dir)
+        layout = run_folder.rank_layout_of(hosts, topology, self.aggregate_every, self.rank_record_budget)
         options = RouterOptions(
             aggregate_every=self.aggregate_every,
             rank_policy=self.rank_policy,
@@ -272,6 +288,7 @@ class TensorBoardMonitor(MonitorCallback):
             samples_per_step=self._facts.samples_per_step,
             tokens_per_sample=self._facts.tokens_per_sample,
             gradient_groups=self._layer_norms.gradients if self._layer_norms else None,
+            rank_layout=layout if self.rank_records else None,
         )
         self._router = MetricRouter(topology, options, self._writer, rank_writer, collectives)
         custom_metrics.attach(self)
@@ -287,38 +304,6 @@ class TensorBoardMonitor(MonitorCallback):
         if self._writer is not None:
             logger.info("TensorBoardMonitor: writing %s. View it: mftb tensorboard %s", self.run_dir, self.log_root)
 
-    def _open_run_dir(self, topology: Topology, collectives: Collectives | None) -> Path:
-        """The run folder: the one to continue when resuming, else a new one that the writing rank
-        names and creates; the other ranks learn its name (one collective, made in both cases so
-        that every rank makes the same collectives) so that their ``rank_<id>`` runs land inside it."""
-        continued = self._run_to_continue()
-        local_time = datetime.fromtimestamp
-        stamp, suffix = int(time.time()), 0
-        if continued is not None:
-            agree_on_ints(collectives, topology, [stamp, suffix])
-            continued.mkdir(parents=True, exist_ok=True)
-            return continued
-        if topology.is_writer:
-            name = run_folders.run_name(self.run_name_pattern, self.experiment, topology.rank, local_time(stamp))
-            run_dir = run_folders.create_run_dir(self.log_root, name)
-            suffix = run_folders.collision_suffix(run_dir, name)
-        stamp, suffix = agree_on_ints(collectives, topology, [stamp, suffix])
-        name = run_folders.run_name(self.run_name_pattern, self.experiment, topology.writer_rank, local_time(stamp))
-        return self.log_root / (f"{name}-{suffix}" if suffix else name)
-
-    def _run_to_continue(self) -> Path | None:
-        """Every rank computes the same answer from the shared log folder (nothing is created yet)."""
-        if self.resume_run:
-            self.resumed_from = self._step if self._step > 0 else None
-            return self.log_root / self.resume_run
-        if not (self.resume and self._step > 0):
-            return None
-        runs = run_folders.experiment_runs(self.log_root, self.run_name_pattern, self.experiment)
-        if not runs:
-            return None
-        self.resumed_from = self._step
-        return runs[-1]
-
     def _mark_restart(self, checkpoint: str | None) -> None:
         step = self._step + 1
         self._writer.add_scalars(step, {metrics.META_RESTART: float(self.resumed_from)})
@@ -330,21 +315,6 @@ class TensorBoardMonitor(MonitorCallback):
             f"wrote after step {self.resumed_from} are purged. Process {os.getpid()} on {socket.gethostname()}.",
         )
         logger.info("TensorBoardMonitor: continuing %s after step %d", self.run_dir, self.resumed_from)
-
-    def _housekeeping(self) -> None:
-        if self.keep_last_runs:
-            runs = run_folders.experiment_runs(self.log_root, self.run_name_pattern, self.experiment)
-            for old in run_folders.apply_retention(runs, self.keep_last_runs, self.archive_dir, protect=self.run_dir):
-                where = f"moved to {self.archive_dir}" if self.archive_dir else "deleted"
-                logger.info("TensorBoardMonitor: keep_last_runs=%d: %s %s", self.keep_last_runs, old, where)
-        free = run_folders.free_gb(self.log_root)
-        if free < self.min_free_gb:
-            logger.warning(
-                "TensorBoardMonitor: only %.2f GiB free on the file system of %s (min_free_gb %.2f)",
-                free,
-                self.log_root,
-                self.min_free_gb,
-            )
 
     def _on_sigterm(self) -> None:
         """Runs in the SIGTERM handler, before the writers close."""

@@ -15,10 +15,14 @@ cross-rank aggregation first, according to their kind.
   multi-rank job their squares ride in the same all-reduce and are averaged over the ranks, then
   written with the loss at their own steps; otherwise the writing rank's own, at once (under
   ``local/`` when there are several ranks).
+* per-rank records (``rank_layout``): the system values every rank sent in that all-reduce, kept by
+  the writing rank as a ``ranks/matrix`` tensor per interval (or per several: see
+  :mod:`~mindformers_tbplugin.pipeline.rank_records`), encoded on the writer thread.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,7 +39,9 @@ from mindformers_tbplugin.pipeline.aggregation import (
 )
 from mindformers_tbplugin.pipeline.gradient_groups import GroupLayout
 from mindformers_tbplugin.pipeline.metrics import MetricKind, StepMetrics
+from mindformers_tbplugin.pipeline.rank_records import PLUGIN_NAME, TAG, RankLayout, RankRecorder
 from mindformers_tbplugin.pipeline.topology import Topology
+from mindformers_tbplugin.tfevents.events import tensor_event
 from mindformers_tbplugin.tfevents.writer import RunWriter
 
 LOCAL_PREFIX = "local/"
@@ -51,6 +57,7 @@ class RouterOptions:
     samples_per_step: float | None
     tokens_per_sample: int | None
     gradient_groups: GroupLayout | None = None  # set when the wrapper returns per-parameter gradient norms
+    rank_layout: RankLayout | None = None  # set on the writing rank when per-rank records are on
 
 
 class MetricRouter:
@@ -74,6 +81,10 @@ class MetricRouter:
         )
         layout = options.gradient_groups
         self._grads = GradientAggregator(options.aggregate_every, len(layout)) if self.collectives and layout else None
+        ranks = options.rank_layout
+        recording = bool(self.collectives and main is not None and ranks and ranks.world_size == topology.world_size)
+        self._ranks = RankRecorder(ranks.intervals_per_record) if recording else None
+        self._ranks_content = ranks.content() if recording else b""  # the first record's; then empty
         self._last_aggregated_step: int | None = None
         self._warn_once = WarnOnce()
         self.aggregations = 0
@@ -204,6 +215,16 @@ class MetricRouter:
         summary = {**SystemSummary.summarize(gathered, self.options.topk_ranks), **job_rates}
         if summary:
             self._write_main(step, summary)
+        if self._ranks is not None:
+            self._write_rank_record(step, self._ranks.add(gathered))
+
+    def _write_rank_record(self, step: int, record: np.ndarray | None) -> None:
+        """Queue a per-rank record; the writer thread encodes it (a large world's record is big)."""
+        if record is None:
+            return
+        content, self._ranks_content = self._ranks_content, b""
+        build = functools.partial(tensor_event, tag=TAG, array=record, plugin_name=PLUGIN_NAME, content=content)
+        self.main.add_built(step, build)
 
     def _gradient_norms(self, reduced: np.ndarray) -> dict[int, dict[str, float]]:
         """``{step: {grad_norm/<group>: norm, grad_norm/total: norm}}`` from the reduced block."""
@@ -239,6 +260,9 @@ class MetricRouter:
             self._data.pending = []
             if self._grads is not None:
                 self._grads.pending = []
+        if self._ranks is not None and self._last_aggregated_step is not None:
+            # The intervals of a record not yet due; no collective needed, so after a failure too.
+            self._write_rank_record(self._last_aggregated_step, self._ranks.take())
         logger.info(
             "TensorBoardMonitor: %d aggregation interval(s), %d collective(s) in all",
             self.aggregations,

@@ -1,0 +1,140 @@
+"""TensorBoardMonitor's run folder: the one a resume continues, or a new one the writing rank names
+and creates. Every rank learns it in one all-gather at train begin, which also brings the writing rank
+every rank's node (for the per-rank records' layout) at no extra collective. And the writing rank's
+housekeeping of older runs.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+from mindformers_tbplugin.framework.collectives import Collectives
+from mindformers_tbplugin.log import logger
+from mindformers_tbplugin.pipeline import rank_layout
+from mindformers_tbplugin.pipeline.rank_records import RankLayout
+from mindformers_tbplugin.pipeline.topology import Topology
+from mindformers_tbplugin.tfevents import run_folders
+
+NODE_RANK_ENV = "MFTB_NODE_RANK"  # set by msrun_launch.sh: its --node_rank
+WORKER_LOGS_ENV = "MFTB_WORKER_LOGS"  # set by msrun_launch.sh: <output_dir>/msrun_log
+
+
+@dataclass(frozen=True)
+class RankHost:
+    """Where one rank runs, as it tells the writing rank."""
+
+    node_rank: int  # the launcher's node rank, rank_layout.NO_NODE_RANK without one
+    host_hash: int
+
+    @classmethod
+    def this_process(cls) -> RankHost:
+        value = os.environ.get(NODE_RANK_ENV, "").strip()
+        node_rank = int(value) if value.isdigit() else rank_layout.NO_NODE_RANK
+        return cls(node_rank, rank_layout.host_hash(socket.gethostname()))
+
+
+def run_to_continue(
+    log_root: Path, pattern: str, experiment: str, resume: bool, resume_run: str | None, step: int
+) -> tuple[Path | None, int | None]:
+    """The run folder to continue and the restored step it continues after (None: a new run). Every
+    rank computes the same answer from the shared log folder (nothing is created yet)."""
+    if resume_run:
+        return log_root / resume_run, step if step > 0 else None
+    if not (resume and step > 0):
+        return None, None
+    runs = run_folders.experiment_runs(log_root, pattern, experiment)
+    return (runs[-1], step) if runs else (None, None)
+
+
+def open_run_dir(
+    log_root: Path,
+    pattern: str,
+    experiment: str,
+    continued: Path | None,
+    topology: Topology,
+    collectives: Collectives | None,
+) -> tuple[Path, list[RankHost]]:
+    """The run folder (``continued``, else a new one that the writing rank names and creates) and, on
+    the writing rank, every rank's :class:`RankHost`. One collective, made in both cases so that every
+    rank makes the same collectives; the other ranks' ``rank_<id>`` runs land inside the folder."""
+    local_time = datetime.fromtimestamp
+    stamp, suffix = int(time.time()), 0
+    if continued is not None:
+        _, hosts = _exchange(collectives, topology, [stamp, suffix])
+        continued.mkdir(parents=True, exist_ok=True)
+        return continued, hosts
+    if topology.is_writer:
+        name = run_folders.run_name(pattern, experiment, topology.rank, local_time(stamp))
+        run_dir = run_folders.create_run_dir(log_root, name)
+        suffix = run_folders.collision_suffix(run_dir, name)
+    (stamp, suffix), hosts = _exchange(collectives, topology, [stamp, suffix])
+    name = run_folders.run_name(pattern, experiment, topology.writer_rank, local_time(stamp))
+    return log_root / (f"{name}-{suffix}" if suffix else name), hosts
+
+
+def _exchange(
+    collectives: Collectives | None, topology: Topology, values: list[int]
+) -> tuple[list[int], list[RankHost]]:
+    """The writer rank's non-negative ``values`` on every rank, and every rank's host (one
+    all-gather: each rank's row is the writer's values, zeros elsewhere, then its own host).
+    Host collectives on CPU carry float32, exact only up to 2**24: each int travels as 16-bit halves.
+    """
+    here = RankHost.this_process()
+    if collectives is None or not topology.communicating:
+        return values, [here]
+    own = [here.node_rank + 1, here.host_hash]  # + 1: the halves are of non-negative ints
+    sent = (values if topology.is_writer else [0] * len(values)) + own
+    halves = np.asarray([part for value in sent for part in divmod(value, 1 << 16)], dtype=np.float32)
+    rows = collectives.all_gather(halves).astype(np.int64)
+    ints = rows[:, 0::2] * (1 << 16) + rows[:, 1::2]  # (world_size, len(sent))
+    hosts = [RankHost(int(node) - 1, int(host)) for node, host in ints[:, len(values) :].tolist()]
+    return ints[topology.writer_rank, : len(values)].tolist(), hosts
+
+
+def rank_layout_of(
+    hosts: list[RankHost], topology: Topology, aggregate_every: int, budget_bytes_per_step: float
+) -> RankLayout | None:
+    """The per-rank records' layout, on the writing rank of a multi-rank job that aggregates."""
+    if not (topology.is_writer and aggregate_every and topology.world_size > 1 and len(hosts) == topology.world_size):
+        return None
+    nodes = rank_layout.node_indices([host.node_rank for host in hosts], [host.host_hash for host in hosts])
+    return rank_layout.build_layout(
+        nodes,
+        topology.writer_rank,
+        socket.gethostname(),
+        aggregate_every,
+        budget_bytes_per_step,
+        os.environ.get(WORKER_LOGS_ENV) or None,
+    )
+
+
+def housekeeping(
+    log_root: Path,
+    pattern: str,
+    experiment: str,
+    run_dir: Path,
+    keep_last_runs: int,
+    archive_dir: Path | None,
+    min_free_gb: float,
+) -> None:
+    """keep_last_runs' retention (``run_dir`` is kept) and the free-space warning."""
+    if keep_last_runs:
+        runs = run_folders.experiment_runs(log_root, pattern, experiment)
+        for old in run_folders.apply_retention(runs, keep_last_runs, archive_dir, protect=run_dir):
+            where = f"moved to {archive_dir}" if archive_dir else "deleted"
+            logger.info("TensorBoardMonitor: keep_last_runs=%d: %s %s", keep_last_runs, old, where)
+    free = run_folders.free_gb(log_root)
+    if free < min_free_gb:
+        logger.warning(
+            "TensorBoardMonitor: only %.2f GiB free on the file system of %s (min_free_gb %.2f)",
+            free,
+            log_root,
+            min_free_gb,
+        )
