@@ -31,6 +31,7 @@ from mindformers_tbplugin.pipeline.rank_records import (
 )
 from mindformers_tbplugin.pipeline.routing import MetricRouter, RouterOptions
 from mindformers_tbplugin.pipeline.topology import Topology
+from mindformers_tbplugin.tfevents.reader import EventFileReader, scan_file
 
 NAN = math.nan
 
@@ -153,6 +154,24 @@ def test_one_record_per_several_intervals_holds_their_maximum_and_the_rest_is_wr
     assert content(events[0]) and content(events[1]) == b""
 
 
+def test_after_a_failure_the_intervals_already_gathered_are_still_written() -> None:
+    ranks = make_job(2, aggregate_every=4, rank_layout=layout_for(2, intervals=2))
+    events = record_events(ranks)
+
+    def script(rank: Rank) -> Callable[[], None]:
+        def run() -> None:
+            for step in range(1, 7):  # aggregation at 4; steps 5 and 6 are never gathered
+                rank.router.log_step(dp_metrics(rank.topology.rank, step))
+            rank.router.finish(clean=False)
+
+        return run
+
+    run_ranks(ranks, [script(rank) for rank in ranks])
+    assert [event.step for event in events] == [4]
+    assert RankLayout.from_content(content(events[0])).world_size == 2
+    assert [rank.collectives.calls for rank in ranks] == [1, 1]  # no collective after the failure
+
+
 def test_records_ride_in_the_one_all_reduce_per_interval() -> None:
     calls = []
     for layout in (None, layout_for(2, intervals=1)):
@@ -239,6 +258,10 @@ def test_a_monitor_job_writes_records_read_back_by_tensorboard(tmp_path: Path, m
     plain = monitor_job(tmp_path / "off", monkeypatch, 2, rank_records=False)
     assert read_records(plain) == ([], {})
     assert set(read_scalars(plain)) == set(read_scalars(run_dir))
+    # mftb watch's and mftb doctor's reader skip the records: the same scalars, an intact file.
+    (events_file,) = run_dir.glob("events.out.tfevents.*")
+    assert {tag for tag, *_ in EventFileReader(events_file).read()} == set(read_scalars(run_dir))
+    assert scan_file(events_file).problem is None
 
 
 def test_a_single_process_training_writes_no_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
