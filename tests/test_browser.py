@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from conftest import REPO, run_dirs, subprocess_env, train, write_tiny_config
@@ -144,4 +146,76 @@ def test_per_rank_runs_sit_beside_the_main_run_of_an_msrun_job(tmp_path: Path, t
     for run in (run_dir.name, f"{run_dir.name}/rank_0", f"{run_dir.name}/rank_1"):
         assert run in text, f"run {run} not listed on the page: {text[:2000]}"
     assert "perf/step_time_ms" in text and vertices >= 30
+    _keep_picture(screenshot)
+
+
+# The iframe TensorBoard loads a dynamic plugin's ES module in, wherever it sits among the shadow roots.
+PLUGIN_IFRAME_JS = """
+const find = (root) => {
+  for (const frame of root.querySelectorAll('iframe')) if ((frame.src || '').includes('name=ranks')) return frame;
+  for (const el of root.querySelectorAll('*')) if (el.shadowRoot) { const f = find(el.shadowRoot); if (f) return f; }
+  return null;
+};
+return find(document);
+"""
+
+
+def test_ranks_dashboard_draws_the_heatmap_and_names_the_straggler(tmp_path: Path) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+    from test_ranks_plugin import matrices, write_ranks_run
+
+    log_root = _output_root(tmp_path, "ranks") / "tensorboard"
+    run_dir = log_root / "llama_70b_20261201-093000"
+    values = matrices(64, 60)
+    values[:, 40:48, 0] *= 1.04  # one node a little slower throughout
+    values[25:, 19, 0] *= 1.35  # rank 19 becomes the straggler at step 260
+    values[:, :, 2] = 28 + np.arange(64)[None, :] % 8 / 4
+    write_ranks_run(run_dir, values)
+    screenshot = tmp_path / "tensorboard-ranks-heatmap.png"
+
+    with mftb_tensorboard(log_root, "--port", str(tensorboard_server.free_port(18326))) as server:
+        driver = open_chromium()
+        try:
+            driver.get(f"http://127.0.0.1:{server.port}/#ranks")
+            deadline = time.monotonic() + 90
+            frame = None
+            while frame is None and time.monotonic() < deadline:
+                frame = driver.execute_script(PLUGIN_IFRAME_JS)
+                time.sleep(0.5)
+            assert frame is not None, driver.execute_script(DEEP_TEXT_JS)[:2000]
+            driver.switch_to.frame(frame)
+            drawn, ranks = "", []
+            while time.monotonic() < deadline:
+                drawn = driver.execute_script("return document.querySelector('#heatmap')?.dataset.drawn || ''")
+                ranks = driver.execute_script(
+                    "return [...document.querySelectorAll('#stragglers li')].map((li) => li.dataset.rank)"
+                )
+                if drawn and ranks:
+                    break
+                time.sleep(0.5)
+            assert drawn == str(64 * 60), f"heatmap cells drawn: {drawn!r}"
+            first = driver.find_element("css selector", "#stragglers li")
+            straggler_text = first.text
+            first.click()
+            log_line = ""
+            while "worker" not in log_line and time.monotonic() < deadline:
+                log_line = driver.find_element("css selector", "#worker-log").text
+                time.sleep(0.3)
+            # Hover the straggler's row late in the run: the tooltip names rank, node, step and value.
+            canvas = driver.find_element("css selector", "#heatmap")
+            width, height = canvas.size["width"], canvas.size["height"]
+            x = 90 + (width - 90) * 50 // 60 - width // 2
+            y = int(height * 19.5 / 64) - height // 2
+            ActionChains(driver).move_to_element_with_offset(canvas, x, y).perform()
+            tip = driver.find_element("css selector", "#tip").text
+            driver.switch_to.default_content()
+            time.sleep(0.5)
+            driver.save_screenshot(str(screenshot))
+        finally:
+            driver.quit()
+
+    assert ranks[0] == "19", f"straggler list: {ranks}"
+    assert "rank 19 (host2)" in straggler_text and "since step 260" in straggler_text
+    assert "no worker log" not in log_line and "worker_19.log" in log_line
+    assert re.fullmatch(r"rank 19, node host2, step (\d+): 1\.3\d* x median", tip), tip
     _keep_picture(screenshot)

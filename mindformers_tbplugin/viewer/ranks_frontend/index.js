@@ -1,0 +1,208 @@
+// The ranks dashboard: one self-contained ES module, loaded by TensorBoard in the plugin's iframe.
+// Everything comes from this plugin's JSON routes (relative URLs: the iframe's base is
+// /data/plugin/ranks/), drawn on canvases; no library, no network beyond this TensorBoard.
+
+const CHANNEL_LABELS = {
+  step_time_ms: 'step time (relative to the record median)',
+  host_rss_gb: 'host memory (GB)',
+  device_mem_allocated_gb: 'device memory allocated (GB)',
+  device_mem_peak_gb: 'device memory peak (GB)',
+};
+// White -> yellow -> orange -> red -> dark red: the slow (or full) cells stand out.
+const RAMP = [[255, 255, 255], [255, 237, 160], [254, 178, 76], [240, 59, 32], [128, 0, 38]];
+const LEFT = 90; // room for node names beside the heatmap
+const state = { run: null, channel: 'step_time_ms', matrix: null, rank: null };
+
+const el = (tag, props = {}, ...children) => {
+  const node = Object.assign(document.createElement(tag), props);
+  node.append(...children);
+  return node;
+};
+const getJson = async (path, params) => {
+  const response = await fetch(`./${path}?${new URLSearchParams(params)}`);
+  if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
+  return response.json();
+};
+
+function colour(t) {
+  const x = Math.min(Math.max(t, 0), 1) * (RAMP.length - 1);
+  const i = Math.min(Math.floor(x), RAMP.length - 2);
+  const f = x - i;
+  return RAMP[i].map((c, k) => Math.round(c + (RAMP[i + 1][k] - c) * f));
+}
+
+// The colour scale's ends: relative step time is centred on the median (1) and reaches at least 1.2.
+function scale(m) {
+  if (m.relative_to_median) return [Math.min(m.min ?? 1, 1), Math.max(m.max ?? 1.2, 1.2)];
+  const lo = m.min ?? 0;
+  return [lo, Math.max(m.max ?? 1, lo + 1e-6)];
+}
+
+function drawHeatmap(canvas, m) {
+  const [lo, hi] = scale(m);
+  const image = new ImageData(m.columns, m.rows);
+  m.values.forEach((row, r) => row.forEach((v, c) => {
+    const [red, green, blue] = v === null ? [220, 220, 220] : colour((v - lo) / (hi - lo));
+    image.data.set([red, green, blue, 255], (r * m.columns + c) * 4);
+  }));
+  const cells = el('canvas', { width: m.columns, height: m.rows });
+  cells.getContext('2d').putImageData(image, 0, 0);
+  const width = Math.max(document.body.clientWidth - 40, 400);
+  canvas.width = width;
+  canvas.height = Math.min(Math.max(m.rows * 4, 160), 520);
+  const ctx = canvas.getContext('2d');
+  ctx.imageSmoothingEnabled = false;
+  ctx.clearRect(0, 0, canvas.width, canvas.height);
+  ctx.drawImage(cells, LEFT, 0, width - LEFT, canvas.height);
+  // Node boundaries and names: a line where the node changes, its name where there is room.
+  const rowHeight = canvas.height / m.rows;
+  ctx.font = '11px sans-serif';
+  let lastLabel = -Infinity;
+  m.node.forEach((node, r) => {
+    if (r > 0 && node === m.node[r - 1]) return;
+    const y = r * rowHeight;
+    ctx.fillStyle = '#888';
+    if (r > 0 && rowHeight > 2) ctx.fillRect(LEFT - 6, y, canvas.width, 1);
+    ctx.fillStyle = '#333';
+    if (y - lastLabel >= 12) {
+      ctx.fillText(m.node_names[node] ?? `node ${node}`, 2, y + 11);
+      lastLabel = y;
+    }
+  });
+  canvas.dataset.drawn = String(m.rows * m.columns);
+}
+
+function cellAt(canvas, m, event) {
+  const box = canvas.getBoundingClientRect();
+  const x = event.clientX - box.left - LEFT;
+  const y = event.clientY - box.top;
+  if (x < 0) return null;
+  const column = Math.floor((x / (canvas.width - LEFT)) * m.columns);
+  const row = Math.floor((y / canvas.height) * m.rows);
+  if (row < 0 || row >= m.rows || column < 0 || column >= m.columns) return null;
+  return { row, column };
+}
+
+function describe(m, { row, column }) {
+  const first = m.first_rank[row];
+  const ranks = m.rank_block > 1 ? `ranks ${first}..${first + m.rank_block - 1}` : `rank ${first}`;
+  const step = m.steps[column];
+  const steps = m.step_block > 1 ? `steps from ${step} (${m.step_block} records)` : `step ${step}`;
+  const v = m.values[row][column];
+  const value = v === null ? 'no value' : m.relative_to_median ? `${v.toFixed(3)} x median` : `${v.toFixed(3)} GB`;
+  return `${ranks}, node ${m.node_names[m.node[row]] ?? m.node[row]}, ${steps}: ${value}`;
+}
+
+function drawSeries(canvas, steps, values, medians) {
+  const ctx = canvas.getContext('2d');
+  ctx.clearRect(0, 0, canvas.width, canvas.height);
+  const all = [...values, ...medians].filter((v) => v !== null);
+  if (!all.length || !steps.length) return;
+  const lo = Math.min(...all);
+  const hi = Math.max(...all, lo + 1e-6);
+  const x = (i) => 40 + ((canvas.width - 50) * i) / Math.max(steps.length - 1, 1);
+  const y = (v) => canvas.height - 15 - ((canvas.height - 25) * (v - lo)) / (hi - lo);
+  for (const [series, stroke] of [[medians, '#999'], [values, '#d7301f']]) {
+    ctx.strokeStyle = stroke;
+    ctx.beginPath();
+    series.forEach((v, i) => v !== null && (i ? ctx.lineTo(x(i), y(v)) : ctx.moveTo(x(i), y(v))));
+    ctx.stroke();
+  }
+  ctx.fillStyle = '#333';
+  ctx.font = '11px sans-serif';
+  ctx.fillText(hi.toPrecision(4), 0, 12);
+  ctx.fillText(lo.toPrecision(4), 0, canvas.height - 15);
+  ctx.fillText(`step ${steps[0]}`, 40, canvas.height - 2);
+  ctx.fillText(`step ${steps[steps.length - 1]}`, canvas.width - 80, canvas.height - 2);
+}
+
+async function showRank(ui, rank) {
+  state.rank = rank;
+  const data = await getJson('rank', { run: state.run, rank });
+  ui.detailTitle.textContent = `rank ${data.rank} on ${data.node_name ?? `node ${data.node}`}: ${
+    CHANNEL_LABELS[state.channel].replace(' (relative to the record median)', ' (ms)')
+  }, red; the median over ranks, grey`;
+  ui.log.textContent = data.worker_log ? `worker log: ${data.worker_log}` : 'worker log: not known';
+  drawSeries(ui.series, data.steps, data.channels[state.channel], data.medians[state.channel]);
+}
+
+async function refresh(ui) {
+  const runs = await getJson('runs', {});
+  if (!runs.length) {
+    ui.info.textContent = 'No run under this logdir holds ranks records.';
+    return;
+  }
+  ui.runs.replaceChildren(...runs.map((r) => el('option', { value: r.run, textContent: r.run })));
+  if (!runs.some((r) => r.run === state.run)) state.run = runs[0].run;
+  ui.runs.value = state.run;
+  const run = runs.find((r) => r.run === state.run);
+  ui.info.textContent = `${run.world_size} ranks on ${run.nodes} node(s), ${run.records} records, steps ${
+    run.first_step}..${run.last_step}`;
+  const width = Math.max(document.body.clientWidth - 40 - LEFT, 200);
+  const [m, slow] = await Promise.all([
+    getJson('matrix', { run: state.run, channel: state.channel, max_ranks: 256, max_steps: Math.min(width, 1024) }),
+    getJson('stragglers', { run: state.run, limit: 20 }),
+  ]);
+  state.matrix = m;
+  drawHeatmap(ui.heatmap, m);
+  const [lo, hi] = scale(m);
+  ui.legend.textContent = `colour: ${lo.toFixed(3)} (white) .. ${hi.toFixed(3)} (dark red); blocks of ${
+    m.rank_block} rank(s) x ${m.step_block} record(s), each showing its maximum`;
+  ui.stragglers.replaceChildren(...slow.ranks.map((s) => {
+    const since = s.since_step === null ? '' : `, above ${slow.slow_factor}x the median since step ${s.since_step}`;
+    const item = el('li', {
+      textContent: `rank ${s.rank} (${s.node_name ?? `node ${s.node}`}): slowest in ${s.slowest} record(s), ${
+        s.mean_relative_when_slowest.toFixed(3)}x the median then; slow in ${s.slow}${since}`,
+    });
+    item.dataset.rank = s.rank;
+    item.style.cursor = 'pointer';
+    item.addEventListener('click', () => showRank(ui, s.rank));
+    return item;
+  }));
+  if (!slow.ranks.length) ui.stragglers.append(el('li', { textContent: 'none' }));
+  if (state.rank !== null) await showRank(ui, state.rank);
+}
+
+export async function render() {
+  document.body.style.cssText = 'font: 13px sans-serif; margin: 16px; color: #212121;';
+  const ui = {
+    runs: el('select'),
+    channels: el('select', {}, ...Object.entries(CHANNEL_LABELS).map(([value, label]) =>
+      el('option', { value, textContent: label }))),
+    info: el('span', { id: 'info' }),
+    heatmap: el('canvas', { id: 'heatmap' }),
+    tip: el('div', { id: 'tip' }),
+    legend: el('div', { id: 'legend' }),
+    stragglers: el('ol', { id: 'stragglers' }),
+    detailTitle: el('div', { id: 'rank-title', textContent: 'Click a rank in the heatmap or the list.' }),
+    log: el('div', { id: 'worker-log' }),
+    series: el('canvas', { id: 'series', width: 900, height: 180 }),
+  };
+  ui.tip.style.cssText = 'position: fixed; pointer-events: none; background: #fff; border: 1px solid #999;'
+    + ' padding: 2px 6px; display: none;';
+  ui.heatmap.style.cursor = 'crosshair';
+  document.body.append(
+    el('div', {}, 'Run ', ui.runs, ' colour: ', ui.channels, ' ', ui.info),
+    el('h3', { textContent: 'Ranks (rows, grouped by node) x steps' }), ui.heatmap, ui.legend, ui.tip,
+    el('h3', { textContent: 'Stragglers' }), ui.stragglers,
+    el('h3', { textContent: 'One rank' }), ui.detailTitle, ui.log, ui.series,
+  );
+  ui.runs.addEventListener('change', () => { state.run = ui.runs.value; state.rank = null; refresh(ui); });
+  ui.channels.addEventListener('change', () => { state.channel = ui.channels.value; refresh(ui); });
+  ui.heatmap.addEventListener('mousemove', (event) => {
+    const cell = state.matrix && cellAt(ui.heatmap, state.matrix, event);
+    ui.tip.style.display = cell ? 'block' : 'none';
+    if (!cell) return;
+    ui.tip.textContent = describe(state.matrix, cell);
+    ui.tip.style.left = `${event.clientX + 12}px`;
+    ui.tip.style.top = `${event.clientY + 12}px`;
+  });
+  ui.heatmap.addEventListener('mouseleave', () => { ui.tip.style.display = 'none'; });
+  ui.heatmap.addEventListener('click', (event) => {
+    const cell = state.matrix && cellAt(ui.heatmap, state.matrix, event);
+    if (cell) showRank(ui, state.matrix.first_rank[cell.row]);
+  });
+  const update = () => refresh(ui).catch((error) => { ui.info.textContent = String(error); });
+  await update();
+  setInterval(update, 30000); // new records arrive while a job trains
+}
