@@ -216,6 +216,6 @@ def test_ranks_dashboard_draws_the_heatmap_and_names_the_straggler(tmp_path: Pat
 
     assert ranks[0] == "19", f"straggler list: {ranks}"
     assert "rank 19 (host2)" in straggler_text and "since step 260" in straggler_text
-    assert "no worker log" not in log_line and "worker_19.log" in log_line
+    assert log_line == "worker log: /jobs/out/msrun_log/2/worker_19.log"
     assert re.fullmatch(r"rank 19, node host2, step (\d+): 1\.3\d* x median", tip), tip
     _keep_picture(screenshot)

@@ -195,7 +195,7 @@ def test_a_ranks_series_and_worker_log(tmp_path: Path) -> None:
     write_ranks_run(tmp_path / "job", values)
     run = one_run(tmp_path)
     series = ranks_views.rank_series(run, 11)
-    assert series["worker_log"] == "/jobs/out/msrun_log/host1/worker_11.log"
+    assert series["worker_log"] == "/jobs/out/msrun_log/1/worker_11.log"
     assert (series["node"], series["node_name"], series["step_block"]) == (1, "host1", 1)
     assert series["steps"] == list(range(10, 310, 10))
     assert series["channels"]["step_time_ms"] == pytest.approx(values[:, 11, 0].tolist(), abs=0.06)
@@ -248,7 +248,7 @@ def test_a_real_tensorboard_serves_the_dashboard_once_records_exist(tmp_path: Pa
         slow = _get(port, "/data/plugin/ranks/stragglers?run=job&limit=5")
         assert slow["ranks"][0]["rank"] == 6 and slow["ranks"][0]["since_step"] == 60
         rank = _get(port, "/data/plugin/ranks/rank?run=job&rank=6")
-        assert rank["worker_log"] == "/jobs/out/msrun_log/host0/worker_6.log" and len(rank["steps"]) == 20
+        assert rank["worker_log"] == "/jobs/out/msrun_log/0/worker_6.log" and len(rank["steps"]) == 20
         assert _get(port, "/data/plugin/ranks/matrix?run=nope") is None  # 404
 
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/data/plugin/ranks/index.js", timeout=10) as response:

@@ -9,6 +9,7 @@ TensorBoard finds it through the ``tensorboard_plugins`` entry point of this pac
 from __future__ import annotations
 
 import json
+import threading
 from importlib import resources
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from mindformers_tbplugin.viewer import ranks_views
 from mindformers_tbplugin.viewer.ranks_store import RanksStore
 
 JSON = "application/json"
+ACTIVE_WAIT_SECS = 2.0
 
 
 def _int(request: wrappers.Request, name: str, default: int | None = None) -> int:
@@ -42,6 +44,8 @@ class RanksPlugin(base_plugin.TBPlugin):
         # A local logdir only: --logdir_spec and remote logdirs leave context.logdir empty or not a folder.
         logdir = Path(context.logdir) if getattr(context, "logdir", None) else None
         self.store = RanksStore(logdir) if logdir is not None and logdir.is_dir() else None
+        self._loading: threading.Thread | None = None
+        self._loading_lock = threading.Lock()
 
     def get_plugin_apps(self) -> dict:
         return {
@@ -53,8 +57,18 @@ class RanksPlugin(base_plugin.TBPlugin):
         }
 
     def is_active(self) -> bool:
-        # TensorBoard asks only when its own data provider has seen no record of this plugin yet.
-        return self.store is not None and bool(self.store.runs())
+        # TensorBoard asks only when its own data provider has seen no record of this plugin yet. The
+        # first read of a large run takes seconds, and TensorBoard's page waits for this answer: the
+        # runs are read in the background, and what was found after a short wait answers.
+        if self.store is None:
+            return False
+        if not self.store.has_records():
+            with self._loading_lock:
+                if self._loading is None or not self._loading.is_alive():
+                    self._loading = threading.Thread(target=self.store.runs, name="mftb-ranks-read", daemon=True)
+                    self._loading.start()
+            self._loading.join(timeout=ACTIVE_WAIT_SECS)
+        return self.store.has_records()
 
     def frontend_metadata(self) -> base_plugin.FrontendMetadata:
         return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="Ranks", disable_reload=False)

@@ -278,6 +278,10 @@ class RanksStore:
                 found[name] = run
         return found
 
+    def has_records(self) -> bool:
+        """Whether a run read so far holds records (no reading: cheap)."""
+        return any(run.count for run in list(self._runs.values()))
+
     def run(self, name: str) -> RunRecords | None:
         self._discover()
         run = self._runs.get(name)

@@ -177,13 +177,13 @@ def stragglers(run: RunRecords, limit: int = DEFAULT_STRAGGLERS) -> dict:
 
 
 def worker_log(run: RunRecords, rank: int) -> str | None:
+    """The rank's log file: ``{node}`` is the node index (the launcher's node rank names the folder)."""
     layout = run.layout
     if not layout.worker_log:
         return None
     node = layout.nodes[rank] if rank < len(layout.nodes) else 0
-    name = layout.node_names[node] if node < len(layout.node_names) else str(node)
     try:
-        return layout.worker_log.format(node=name, rank=rank)
+        return layout.worker_log.format(node=node, rank=rank)
     except (KeyError, IndexError, ValueError):  # a pattern with other placeholders: shown as written
         return layout.worker_log
 

@@ -202,6 +202,7 @@ export async function render() {
     const cell = state.matrix && cellAt(ui.heatmap, state.matrix, event);
     if (cell) showRank(ui, state.matrix.first_rank[cell.row]);
   });
+  ui.info.textContent = 'Reading the records...'; // the first read of a large job takes seconds
   const update = () => refresh(ui).catch((error) => { ui.info.textContent = String(error); });
   await update();
   setInterval(update, 30000); // new records arrive while a job trains
