@@ -208,6 +208,52 @@ def test_a_ranks_series_and_worker_log(tmp_path: Path) -> None:
         ranks_views.matrix(run, "loss")
 
 
+def test_rows_follow_the_nodes_when_ranks_alternate_between_them(tmp_path: Path) -> None:
+    values = matrices(8, 12)
+    values[:, 3, 0] *= 1.5
+    alternating = RankLayout(8, CHANNELS, 10, 1, tuple(rank % 2 for rank in range(8)), ("a", "b"), None)
+    write_ranks_run(tmp_path / "job", values, rank_layout=alternating)
+    run = one_run(tmp_path)
+    grid = ranks_views.matrix(run, "step_time_ms")
+    assert grid["first_rank"] == [0, 2, 4, 6, 1, 3, 5, 7] and grid["node"] == [0] * 4 + [1] * 4
+    assert min(grid["values"][5]) > 1.4  # row 5 is rank 3
+    assert ranks_views.matrix(run, "step_time_ms", max_ranks=2)["first_rank"] == [0, 1]
+    assert ranks_views.rank_series(run, 3)["worker_log"] is None
+
+
+def test_the_plugin_routes_answer_json_and_say_what_is_wrong(tmp_path: Path) -> None:
+    from tensorboard.plugins import base_plugin
+    from werkzeug.test import Client
+    from werkzeug.wrappers import Response
+
+    from mindformers_tbplugin.viewer.ranks_plugin import RanksPlugin
+
+    RunWriter(tmp_path / "scalars_only").close()
+    plugin = RanksPlugin(base_plugin.TBContext(logdir=str(tmp_path)))
+    assert plugin.is_active() is False
+    assert plugin.frontend_metadata().es_module_path == "/index.js"
+    write_ranks_run(tmp_path / "job", matrices(8, 5))
+    assert plugin.is_active() is True
+    apps = plugin.get_plugin_apps()
+
+    def get(route: str, query: str) -> tuple[int, object]:
+        response = Client(apps[route], Response).get(route, query_string=query)
+        return response.status_code, response.get_json()
+
+    assert get("/runs", "")[1][0]["run"] == "job"
+    assert len(get("/matrix", "run=job&max_ranks=4&max_steps=2")[1]["values"]) == 4
+    assert get("/matrix", "run=job&max_ranks=many") == (
+        400,
+        {"error": "parameter 'max_ranks' must be an integer, got 'many'"},
+    )
+    assert get("/matrix", "run=job&channel=loss")[0] == 400
+    assert get("/rank", "run=job") == (400, {"error": "missing parameter 'rank'"})
+    assert get("/rank", "run=job&rank=8")[0] == 400
+    assert get("/stragglers", "run=other") == (404, {"error": "no ranks records in run 'other'"})
+    assert get("/stragglers", "")[0] == 400
+    assert RanksPlugin(base_plugin.TBContext(logdir="")).is_active() is False  # --logdir_spec: no local folder
+
+
 def _get(port: int, path: str) -> object:
     from mindformers_tbplugin.viewer.tensorboard_server import get_json
 
