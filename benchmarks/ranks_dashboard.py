@@ -8,7 +8,8 @@ port) and the plugin's routes are timed over HTTP, one request at a time:
 * first load: from starting the server until ``/data/plugin/ranks/runs`` lists the run;
 * ``matrix`` with its default parameters, with a few ``max_ranks`` / ``max_steps`` choices and on another
   channel; then ``stragglers`` and ``rank`` (the planted straggler);
-* each response's bytes (the body as sent) and time; a request is timed twice, the first and a repeat;
+* each response's bytes (the body as sent) and time; a request is timed twice, the first and a repeat
+  (once with --quick);
 * the resident memory (RSS) of the TensorBoard process and its children after the first load and after
   the requests.
 
@@ -32,12 +33,15 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from benchmarks import synthetic_ranks
+from mindformers_tbplugin.pipeline.rank_records import intervals_per_record
 from mindformers_tbplugin.viewer import tensorboard_server
 
 FULL = (8192, 10_000)
 QUICK = (1024, 1000)
 ROUTE = "/data/plugin/ranks"
 LOAD_TIMEOUT_S = 1800.0
+RECORD_BUDGET = 1024  # TensorBoardMonitor's rank_record_budget default, bytes per training step
+AGGREGATE_EVERY = 10  # TensorBoardMonitor's aggregate_every default
 
 
 @dataclass
@@ -134,7 +138,8 @@ def _planted(answer: dict, made: synthetic_ranks.SyntheticRanks) -> str:
     )
 
 
-def measure(ranks: int, records: int, keep: Path | None = None) -> Measurement:
+def measure(ranks: int, records: int, keep: Path | None = None, repeat: bool = True) -> Measurement:
+    """Generate the run, serve it, time the routes; ``repeat``: send each request a second time."""
     with tempfile.TemporaryDirectory(prefix="mftb-ranks-") as scratch:
         logdir = keep if keep is not None else Path(scratch)
         made = synthetic_ranks.generate(logdir, ranks, records)
@@ -168,7 +173,7 @@ def measure(ranks: int, records: int, keep: Path | None = None) -> Measurement:
             result.rss_loaded_mb = _tree_rss_mb(process.pid)
             for label, path in _queries(run, ranks, records, made.straggler_rank):
                 request = Request(label, path)
-                for attempt in range(2):
+                for attempt in range(2 if repeat else 1):
                     began = time.perf_counter()
                     try:
                         request.status, body = _get(port, path)
@@ -201,18 +206,24 @@ def _size(nbytes: int) -> str:
 
 def markdown_section(quick: bool, keep: Path | None = None) -> tuple[str, list[str]]:
     ranks, records = QUICK if quick else FULL
-    result = measure(ranks, records, keep)
+    result = measure(ranks, records, keep, repeat=not quick)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     command = "python -m benchmarks.ranks_dashboard" + (" --quick" if quick else "")
+    every = intervals_per_record(ranks, AGGREGATE_EVERY, RECORD_BUDGET)
+    per, steps = ("interval" if every == 1 else f"{every} intervals"), records * every * AGGREGATE_EVERY
     lines = [
         f"## The ranks dashboard: {ranks:,} ranks x {records:,} records in a real TensorBoard",
         "",
         f"A synthetic run written by `benchmarks/synthetic_ranks.py` through RunWriter ({ranks:,} x 4 float16 per "
         f"record, nodes of 8 ranks, one straggler rank, one slow node, spikes): **{_size(result.file_bytes)}**, "
         f"generated and written in **{result.generate_s:.1f} s**. TensorBoard started as `mftb tensorboard` starts "
-        "it (127.0.0.1, default reload flags); requests one at a time, each sent twice (first, repeat).",
+        "it (127.0.0.1, default reload flags); requests one at a time"
+        + (", each sent once." if quick else ", each sent twice (first, repeat)."),
         "",
         f"Command: `{command}`; {stamp}; machine: {_machine()}.",
+        "",
+        f"With the defaults (aggregate_every {AGGREGATE_EVERY}, rank_record_budget {RECORD_BUDGET}) a {ranks:,}-rank "
+        f"job writes one record per {per}, so {records:,} records are {steps:,} training steps.",
         "",
     ]
     if result.first_load_s is None:
@@ -232,9 +243,8 @@ def markdown_section(quick: bool, keep: Path | None = None) -> tuple[str, list[s
             lines.append(f"| {request.label} | {request.error[:80]} | {request.first_ms:.0f} | - |")
             missed.append(f"ranks dashboard: {request.label}: {request.error[:120]}")
         else:
-            lines.append(
-                f"| {request.label} | {_size(request.bytes)} | {request.first_ms:,.0f} | {request.repeat_ms:,.0f} |"
-            )
+            again = f"{request.repeat_ms:,.0f}" if request.repeat_ms else "-"
+            lines.append(f"| {request.label} | {_size(request.bytes)} | {request.first_ms:,.0f} | {again} |")
     lines.append("")
     if result.straggler:
         lines += [f"`stragglers`: {result.straggler}.", ""]
