@@ -222,8 +222,8 @@ def markdown_section(quick: bool, keep: Path | None = None) -> tuple[str, list[s
         "",
         f"Command: `{command}`; {stamp}; machine: {_machine()}.",
         "",
-        f"With the defaults (aggregate_every {AGGREGATE_EVERY}, rank_record_budget {RECORD_BUDGET}) a {ranks:,}-rank "
-        f"job writes one record per {per}, so {records:,} records are {steps:,} training steps.",
+        f"With the defaults (aggregate_every {AGGREGATE_EVERY}, rank_record_budget {RECORD_BUDGET}) a job of "
+        f"{ranks:,} ranks writes one record per {per}, so {records:,} records are {steps:,} training steps.",
         "",
     ]
     if result.first_load_s is None:
