@@ -62,7 +62,7 @@ function drawHeatmap(canvas, m) {
     if (r > 0 && node === m.node[r - 1]) return;
     const y = r * rowHeight;
     ctx.fillStyle = '#888';
-    if (r > 0 && rowHeight > 2) ctx.fillRect(LEFT - 6, y, canvas.width, 1);
+    if (r > 0 && rowHeight >= 4) ctx.fillRect(LEFT - 6, y, canvas.width, 1); // none when rows are thin
     ctx.fillStyle = '#333';
     if (y - lastLabel >= 12) {
       ctx.fillText(m.node_names[node] ?? `node ${node}`, 2, y + 11);
