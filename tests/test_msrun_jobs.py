@@ -542,24 +542,26 @@ def test_the_writer_records_every_ranks_step_time_and_memory_for_the_ranks_plugi
     from mindformers_tbplugin.pipeline.rank_records import CHANNELS, PLUGIN_NAME, TAG, RankLayout
 
     (tmp_path / "on").mkdir(), (tmp_path / "off").mkdir()
-    job = _small_job(tmp_path / "on", tiny_data, steps=12)  # aggregations at 4, 8, 12; rank 1 slowed
+    job = _small_job(tmp_path / "on", tiny_data, steps=8)  # aggregations at 4 and 8; rank 1 slowed
     accumulator = EventAccumulator(str(job.run_dir), size_guidance={TENSORS: 0})
     accumulator.Reload()
     plugins = {tag: accumulator.SummaryMetadata(tag).plugin_data.plugin_name for tag in accumulator.Tags()[TENSORS]}
     assert [tag for tag, plugin in plugins.items() if plugin == PLUGIN_NAME] == [TAG]
     metadata = accumulator.SummaryMetadata(TAG).plugin_data
     records = [(event.step, tensor_util.make_ndarray(event.tensor_proto)) for event in accumulator.Tensors(TAG)]
-    assert [step for step, _ in records] == [4, 8, 12]
+    assert [step for step, _ in records] == [4, 8]
     for step, record in records:
         assert record.shape == (2, len(CHANNELS)), step
-        assert record[1, 0] > record[0, 0], (step, record)  # rank 1's 150 ms sleep
         assert record[1, 0] > 150 and (record[:, 1] > 0).all(), (step, record)  # step time and host RSS
+    # rank 1's 150 ms sleep per step; rank 0 waits for it in the next all-reduce, so the margin per
+    # interval is tens of ms: compared over the run
+    assert sum(record[1, 0] for _, record in records) > sum(record[0, 0] for _, record in records), records
     layout = RankLayout.from_content(metadata.content)
     assert (layout.world_size, layout.steps_per_interval, layout.intervals_per_record) == (2, 4, 1)
     assert layout.nodes == (0, 0) and layout.node_names[0].startswith("node 0")
     assert layout.worker_log.format(node=0, rank=1) == str(job.output / "msrun_log" / "0" / "worker_1.log")
     # Nothing else the monitor writes changes.
-    plain = _small_job(tmp_path / "off", tiny_data, steps=12, rank_records=False)
+    plain = _small_job(tmp_path / "off", tiny_data, steps=8, rank_records=False)
     off = EventAccumulator(str(plain.run_dir), size_guidance={TENSORS: 0})
     off.Reload()
     assert {tag: off.SummaryMetadata(tag).plugin_data.plugin_name for tag in off.Tags()[TENSORS]} == {

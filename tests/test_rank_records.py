@@ -268,3 +268,12 @@ def test_a_single_process_training_writes_no_record(tmp_path: Path, monkeypatch:
     run_dir = monitor_job(tmp_path, monkeypatch, 1)
     assert read_records(run_dir) == ([], {})
     assert "train/loss" in read_scalars(run_dir)
+
+
+def test_an_interval_longer_than_float16_holds_is_kept_as_its_largest_value() -> None:
+    from mindformers_tbplugin.pipeline.rank_records import FLOAT16_MAX, RankRecorder
+
+    gathered = np.array([[120_000.0, 1.0, np.nan, np.nan], [900.0, 1.0, np.nan, np.nan]], dtype=np.float32)
+    record = RankRecorder(1).add(gathered)
+    assert record[0, 0] == FLOAT16_MAX and np.isfinite(record[0, 0])
+    assert np.isnan(record[0, 2]) and record[1, 0] == np.float16(900.0)

@@ -75,19 +75,6 @@ class Collectives:
         return self._all_gather(Tensor(vector[None, :])).asnumpy()
 
 
-def agree_on_ints(collectives: Collectives | None, topology: Topology, values: list[int]) -> list[int]:
-    """The writer rank's non-negative ``values`` on every rank (one all-gather; run folder naming).
-
-    Host collectives on CPU carry float32, exact only up to 2**24: each int travels as 16-bit halves.
-    """
-    if collectives is None or not topology.communicating:
-        return values
-    halves = [part for value in values for part in divmod(value, 1 << 16)] if topology.is_writer else []
-    mine = np.asarray(halves or [0] * (2 * len(values)), dtype=np.float32)
-    row = collectives.all_gather(mine)[topology.writer_rank]
-    return [int(high) * (1 << 16) + int(low) for high, low in zip(row[0::2], row[1::2], strict=True)]
-
-
 def wait_for_every_rank() -> None:
     """Return once every rank of the job has called this (one small all-reduce); at once without
     communication."""

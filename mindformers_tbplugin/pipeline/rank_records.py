@@ -26,6 +26,7 @@ FORMAT_VERSION = 1
 # The columns of a record, in the order of aggregation.SUMMARY_TAGS (the all-reduce's system slots).
 CHANNELS = ("step_time_ms", "host_rss_gb", "device_mem_allocated_gb", "device_mem_peak_gb")
 BYTES_PER_VALUE = 2  # float16
+FLOAT16_MAX = float(np.finfo(np.float16).max)
 RECORD_OVERHEAD_BYTES = 100  # event framing, tag, shape and metadata of a record without layout, about
 
 
@@ -82,4 +83,6 @@ class RankRecorder:
     def take(self) -> np.ndarray | None:
         """The record of what is pending (at the end of training), or None."""
         pending, self._pending, self._count = self._pending, None, 0
-        return None if pending is None else pending.astype(np.float16)
+        # float16 ends at 65,504: a longer interval mean (a first interval with graph compilation,
+        # in ms) is kept as that largest value rather than as infinity
+        return None if pending is None else np.minimum(pending, FLOAT16_MAX).astype(np.float16)
