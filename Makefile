@@ -79,7 +79,7 @@ browser:
 screenshot: $(INSTALLED) browser
 	rm -rf docs/.new && mkdir docs/.new
 	MFTB_SCREENSHOTS=$(CURDIR)/docs/.new PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q tests/test_browser.py
-	@for picture in tensorboard-scalars.png tensorboard-ranks.png; do \
+	@for picture in tensorboard-scalars.png tensorboard-ranks.png tensorboard-ranks-heatmap.png; do \
 		test -s docs/.new/$$picture || { echo "screenshot: $$picture not taken (browser test skipped?)"; exit 1; }; \
 	done
 	mv docs/.new/*.png docs/ && rmdir docs/.new
