@@ -8,8 +8,8 @@ port) and the plugin's routes are timed over HTTP, one request at a time:
 * first load: from starting the server until ``/data/plugin/ranks/runs`` lists the run;
 * ``matrix`` with its default parameters, with a few ``max_ranks`` / ``max_steps`` choices and on another
   channel; then ``stragglers`` and ``rank`` (the planted straggler);
-* each response's bytes (the body as sent) and time; a request is timed twice, the first and a repeat
-  (once with --quick);
+* each response's bytes (the JSON, and as sent to a client that accepts gzip, as browsers do) and
+  time; a request is timed twice, the first and a repeat (once with --quick);
 * the resident memory (RSS) of the TensorBoard process and its children after the first load and after
   the requests.
 
@@ -19,6 +19,7 @@ python -m benchmarks.ranks_dashboard [--quick] [--keep DIR]
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import platform
@@ -49,7 +50,8 @@ class Request:
     label: str
     path: str
     status: int = 0
-    bytes: int = 0
+    bytes: int = 0  # the JSON
+    sent: int = 0  # on the wire (TensorBoard gzips JSON for clients that accept it)
     first_ms: float = 0.0
     repeat_ms: float = 0.0
     error: str = ""
@@ -70,12 +72,16 @@ class Measurement:
     straggler: str = ""  # where the planted anomalies are in the stragglers answer
 
 
-def _get(port: int, path: str, timeout: float = 600.0) -> tuple[int, bytes]:
+def _get(port: int, path: str, timeout: float = 600.0) -> tuple[int, bytes, int]:
+    """Status, body and the bytes sent: asked as a browser asks (gzip accepted), the body unzipped."""
+    url = f"http://{tensorboard_server.LOOPBACK}:{port}{path}"
+    request = urllib.request.Request(url, headers={"Accept-Encoding": "gzip"})
     try:
-        with urllib.request.urlopen(f"http://{tensorboard_server.LOOPBACK}:{port}{path}", timeout=timeout) as answer:
-            return answer.status, answer.read()
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            status, sent, zipped = answer.status, answer.read(), answer.headers.get("Content-Encoding") == "gzip"
     except urllib.error.HTTPError as error:
-        return error.code, error.read()
+        status, sent, zipped = error.code, error.read(), error.headers.get("Content-Encoding") == "gzip"
+    return status, gzip.decompress(sent) if zipped else sent, len(sent)
 
 
 def _tree_rss_mb(pid: int) -> float:
@@ -159,7 +165,7 @@ def measure(ranks: int, records: int, keep: Path | None = None, repeat: bool = T
             result.plugin_listed = "ranks" in listing
             deadline = time.monotonic() + LOAD_TIMEOUT_S
             while time.monotonic() < deadline and process.poll() is None:
-                status, body = _get(port, f"{ROUTE}/runs", timeout=60.0)
+                status, body, _ = _get(port, f"{ROUTE}/runs", timeout=60.0)
                 if status == 404 and not result.plugin_listed:
                     result.note = "the ranks plugin is not installed in this environment (404 on its routes)"
                     return result
@@ -176,13 +182,13 @@ def measure(ranks: int, records: int, keep: Path | None = None, repeat: bool = T
                 for attempt in range(2 if repeat else 1):
                     began = time.perf_counter()
                     try:
-                        request.status, body = _get(port, path)
+                        request.status, body, sent = _get(port, path)
                     except OSError as error:  # a timeout or a dropped connection
                         request.error = str(error)
                         break
                     elapsed = (time.perf_counter() - began) * 1000
                     if attempt == 0:
-                        request.first_ms, request.bytes = elapsed, len(body)
+                        request.first_ms, request.bytes, request.sent = elapsed, len(body), sent
                     else:
                         request.repeat_ms = elapsed
                 if request.status != 200 and not request.error:
@@ -234,17 +240,18 @@ def markdown_section(quick: bool, keep: Path | None = None) -> tuple[str, list[s
         f"TensorBoard RSS (with child processes): {result.rss_loaded_mb:,.0f} MB after the first load, "
         f"{result.rss_after_mb:,.0f} MB after the requests.",
         "",
-        "| request | response | first ms | repeat ms |",
-        "|---|---:|---:|---:|",
+        "| request | JSON | sent (gzip) | first ms | repeat ms |",
+        "|---|---:|---:|---:|---:|",
     ]
     missed = []
     for request in result.requests:
         if request.error:
-            lines.append(f"| {request.label} | {request.error[:80]} | {request.first_ms:.0f} | - |")
+            lines.append(f"| {request.label} | {request.error[:80]} | - | {request.first_ms:.0f} | - |")
             missed.append(f"ranks dashboard: {request.label}: {request.error[:120]}")
         else:
             again = f"{request.repeat_ms:,.0f}" if request.repeat_ms else "-"
-            lines.append(f"| {request.label} | {_size(request.bytes)} | {request.first_ms:,.0f} | {again} |")
+            sizes = f"{_size(request.bytes)} | {_size(request.sent)}"
+            lines.append(f"| {request.label} | {sizes} | {request.first_ms:,.0f} | {again} |")
     lines.append("")
     if result.straggler:
         lines += [f"`stragglers`: {result.straggler}.", ""]
