@@ -104,19 +104,28 @@ def test_scalars_dashboard_shows_the_run_and_its_loss_curve(tmp_path: Path, tiny
     _keep_picture(screenshot)
 
 
-def test_per_rank_runs_sit_beside_the_main_run_of_an_msrun_job(tmp_path: Path, tiny_data: Path) -> None:
+def test_per_rank_runs_and_the_ranks_dashboard_of_an_msrun_job(tmp_path: Path, tiny_data: Path) -> None:
+    """A real 2-rank job, rank 1 slowed: per-rank runs beside the main run in the scalars dashboard;
+    the ranks plugin enabled in a plain TensorBoard, its routes and its heatmap naming rank 1."""
+    from test_ranks_plugin import _get, _ranks_enabled
+
     config = yaml.safe_load(DP2_CONFIG.read_text())
     config["train_dataset"]["data_loader"]["dataset_dir"] = str(tiny_data)
     config["train_dataset"]["data_loader"]["num_samples"] = 64
     config["train_dataset_task"]["dataset_config"] = config["train_dataset"]
-    config["callbacks"] = [{"type": "MFLossMonitor"}, {"type": "TensorBoardMonitor", "experiment": "llama_dp2"}]
+    config["callbacks"] = [
+        {"type": "MFLossMonitor"},
+        {"type": "SlowRank", "auto_register": "rank_hooks.SlowRank"},
+        {"type": "TensorBoardMonitor", "experiment": "llama_dp2", "aggregate_every": 4},
+    ]
     path = tmp_path / "dp2.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     output = _output_root(tmp_path, "job")
     launch = ["bash", str(LAUNCHER), "--config", str(path), "--worker_num", "2", "--output_dir", str(output)]
+    helpers = str(REPO / "tests" / "helpers")
     job = subprocess.run(
         [*launch, "--master_port", str(tensorboard_server.any_free_port())],
-        env=subprocess_env(),
+        env=subprocess_env(REGISTER_PATH=helpers, PYTHONPATH=helpers, MFTB_TEST_SLOW_RANK="1"),
         capture_output=True,
         text=True,
         timeout=600,
@@ -140,9 +149,18 @@ def test_per_rank_runs_sit_beside_the_main_run_of_an_msrun_job(tmp_path: Path, t
                 time.sleep(1)
             time.sleep(1)
             driver.save_screenshot(str(screenshot))
+            # The ranks plugin: enabled, the job listed, rank 1 higher, drawn and named in the page.
+            assert _ranks_enabled(server.port) is True
+            (listed,) = _get(server.port, "/data/plugin/ranks/runs")
+            assert (listed["run"], listed["world_size"], listed["records"]) == (run_dir.name, 2, 8)  # 32 steps
+            matrix = _get(server.port, f"/data/plugin/ranks/matrix?run={run_dir.name}&channel=step_time_ms")
+            rows = dict(zip(matrix["first_rank"], matrix["values"], strict=True))
+            assert sum(rows[1]) > sum(rows[0]), matrix
+            drawn, ranks = _ranks_dashboard(driver, server.port, deadline=time.monotonic() + 90)
         finally:
             driver.quit()
 
+    assert drawn == str(2 * 8) and ranks[0] == "1", (drawn, ranks)
     for run in (run_dir.name, f"{run_dir.name}/rank_0", f"{run_dir.name}/rank_1"):
         assert run in text, f"run {run} not listed on the page: {text[:2000]}"
     assert "perf/step_time_ms" in text and vertices >= 30
@@ -158,6 +176,28 @@ const find = (root) => {
 };
 return find(document);
 """
+
+
+def _ranks_dashboard(driver: object, port: int, deadline: float) -> tuple[str, list[str]]:
+    """Open the ranks dashboard and wait for its heatmap and straggler list; returns the cells drawn
+    and the straggler list's ranks, with the driver left inside the plugin's frame."""
+    driver.get(f"http://127.0.0.1:{port}/#ranks")
+    frame = None
+    while frame is None and time.monotonic() < deadline:
+        frame = driver.execute_script(PLUGIN_IFRAME_JS)
+        time.sleep(0.5)
+    assert frame is not None, driver.execute_script(DEEP_TEXT_JS)[:2000]
+    driver.switch_to.frame(frame)
+    drawn, ranks = "", []
+    while time.monotonic() < deadline:
+        drawn = driver.execute_script("return document.querySelector('#heatmap')?.dataset.drawn || ''")
+        ranks = driver.execute_script(
+            "return [...document.querySelectorAll('#stragglers li')].map((li) => li.dataset.rank)"
+        )
+        if drawn and ranks:
+            break
+        time.sleep(0.5)
+    return drawn, ranks
 
 
 def test_ranks_dashboard_draws_the_heatmap_and_names_the_straggler(tmp_path: Path) -> None:
@@ -176,23 +216,8 @@ def test_ranks_dashboard_draws_the_heatmap_and_names_the_straggler(tmp_path: Pat
     with mftb_tensorboard(log_root, "--port", str(tensorboard_server.free_port(18326))) as server:
         driver = open_chromium()
         try:
-            driver.get(f"http://127.0.0.1:{server.port}/#ranks")
             deadline = time.monotonic() + 90
-            frame = None
-            while frame is None and time.monotonic() < deadline:
-                frame = driver.execute_script(PLUGIN_IFRAME_JS)
-                time.sleep(0.5)
-            assert frame is not None, driver.execute_script(DEEP_TEXT_JS)[:2000]
-            driver.switch_to.frame(frame)
-            drawn, ranks = "", []
-            while time.monotonic() < deadline:
-                drawn = driver.execute_script("return document.querySelector('#heatmap')?.dataset.drawn || ''")
-                ranks = driver.execute_script(
-                    "return [...document.querySelectorAll('#stragglers li')].map((li) => li.dataset.rank)"
-                )
-                if drawn and ranks:
-                    break
-                time.sleep(0.5)
+            drawn, ranks = _ranks_dashboard(driver, server.port, deadline)
             assert drawn == str(64 * 60), f"heatmap cells drawn: {drawn!r}"
             first = driver.find_element("css selector", "#stragglers li")
             straggler_text = first.text
