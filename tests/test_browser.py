@@ -244,3 +244,21 @@ def test_ranks_dashboard_draws_the_heatmap_and_names_the_straggler(tmp_path: Pat
     assert log_line == "worker log: /jobs/out/msrun_log/2/worker_19.log"
     assert re.fullmatch(r"rank 19, node host2, step (\d+): 1\.3\d* x median", tip), tip
     _keep_picture(screenshot)
+
+
+def test_ranks_dashboard_on_the_benchmarks_synthetic_log(tmp_path: Path) -> None:
+    """The benchmark's generator (benchmarks/synthetic_ranks.py) at 1,024 ranks x 2,000 records, so a
+    test can load it: the page downsamples it, draws it, and lists the planted straggler first. The
+    8,192 x 10,000 figures are BENCHMARKS.md's."""
+    from benchmarks.synthetic_ranks import generate
+
+    log_root = tmp_path / "tensorboard"
+    synthetic = generate(log_root, ranks=1024, records=2000)
+    with mftb_tensorboard(log_root, "--port", str(tensorboard_server.free_port(18336))) as server:
+        driver = open_chromium()
+        try:
+            drawn, ranks = _ranks_dashboard(driver, server.port, deadline=time.monotonic() + 120)
+        finally:
+            driver.quit()
+    assert drawn and int(drawn) < 1024 * 2000, f"heatmap cells drawn: {drawn!r} (downsampled: fewer than all)"
+    assert ranks and ranks[0] == str(synthetic.straggler_rank), (ranks[:5], synthetic.straggler_rank)
