@@ -62,26 +62,14 @@ class LayerNorms:
             writer.add_built(step, functools.partial(_histogram_event, np.array(squares, dtype=np.float64)))
         return squares
 
-    def parameter_norms(self, params: Sequence[Any]) -> dict[str, float]:
-        """``param_norm/<group>`` for the same groups, from one pass over the parameters."""
-        squares = np.array([_squared_norm(p.asnumpy()) for p in params], dtype=np.float64)
-        if squares.size != len(self.parameters.names):
-            return {}
-        return self.parameters.tags(metrics.PARAM_NORM_PREFIX, self.parameters.group_squares(squares))
-
-
-def _squared_norm(array: np.ndarray) -> float:
-    flat = array.astype("float64", copy=False).ravel()
-    return float(flat @ flat)
-
 
 def parameter_norm(params: Sequence[Any], layer_norms: LayerNorms | None) -> dict[str, float]:
     """``train/param_norm``, plus ``param_norm/<group>`` when per-layer norms are on (one pass)."""
     if layer_norms is None:
         return {metrics.TRAIN_PARAM_NORM: metrics.global_norm(p.asnumpy() for p in params)}
-    values = layer_norms.parameter_norms(params)
-    total = sum(value * value for value in values.values())
-    return {metrics.TRAIN_PARAM_NORM: float(np.sqrt(total)), **values}
+    squares = np.array([metrics.squared_norm(p.asnumpy()) for p in params], dtype=np.float64)
+    layout = layer_norms.parameters
+    return layout.tags(metrics.PARAM_NORM_PREFIX, layout.group_squares(squares), metrics.TRAIN_PARAM_NORM)
 
 
 def _histogram_event(squares: np.ndarray, step: int, wall_time: float) -> Any:

@@ -174,10 +174,12 @@ def x_axis_variants(values: dict[str, float], suffix: str) -> dict[str, float]:
     return {tag + suffix: values[tag] for tag in X_AXIS_VARIANT_TAGS if tag in values}
 
 
+def squared_norm(array: Any) -> float:
+    """Sum of squares of a numpy array, in float64."""
+    flat = array.astype("float64", copy=False).ravel()
+    return float(flat @ flat)
+
+
 def global_norm(arrays: Iterable[Any]) -> float:
     """L2 norm over all ``arrays`` (numpy arrays), accumulated in float64."""
-    total = 0.0
-    for array in arrays:
-        flat = array.astype("float64", copy=False).ravel()
-        total += float(flat @ flat)
-    return math.sqrt(total)
+    return math.sqrt(sum(squared_norm(array) for array in arrays))

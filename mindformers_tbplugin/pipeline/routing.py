@@ -128,10 +128,10 @@ class MetricRouter:
         if self._grads is not None:
             self._grads.add(step_metrics.step, group_squares)
             if self.rank_run is not None and self.options.rank_policy == "all" and group_squares is not None:
-                own = layout.tags(metrics.GRAD_NORM_PREFIX, group_squares, metrics.GRAD_NORM_TOTAL)
+                own = self._gradient_tags(group_squares)
                 self.rank_run.add_scalars(step_metrics.step, own)  # this rank's own, for debugging
         elif group_squares is not None:
-            norms = layout.tags(metrics.GRAD_NORM_PREFIX, group_squares, metrics.GRAD_NORM_TOTAL)
+            norms = self._gradient_tags(group_squares)
             if self.topology.world_size > 1:  # one rank's local values, like the loss without aggregation
                 norms = {LOCAL_PREFIX + tag: value for tag, value in norms.items()}
             step_metrics.model.update(norms)
@@ -226,15 +226,15 @@ class MetricRouter:
         build = functools.partial(tensor_event, tag=TAG, array=record, plugin_name=PLUGIN_NAME, content=content)
         self.main.add_built(step, build)
 
+    def _gradient_tags(self, group_squares: np.ndarray) -> dict[str, float]:
+        """``grad_norm/<group>`` and ``grad_norm/total`` from per-group squared norms."""
+        return self.options.gradient_groups.tags(metrics.GRAD_NORM_PREFIX, group_squares, metrics.GRAD_NORM_TOTAL)
+
     def _gradient_norms(self, reduced: np.ndarray) -> dict[int, dict[str, float]]:
         """``{step: {grad_norm/<group>: norm, grad_norm/total: norm}}`` from the reduced block."""
         if self._grads is None:
             return {}
-        layout = self.options.gradient_groups
-        return {
-            step: layout.tags(metrics.GRAD_NORM_PREFIX, squares, metrics.GRAD_NORM_TOTAL)
-            for step, squares in self._grads.unpack(reduced).items()
-        }
+        return {step: self._gradient_tags(squares) for step, squares in self._grads.unpack(reduced).items()}
 
     def finish(self, clean: bool) -> None:
         """End of training. After a clean end every rank aggregates what is left; after a failure
@@ -250,10 +250,9 @@ class MetricRouter:
             own: dict[int, dict[str, float]] = {}
             for step, values in self._data.pending:
                 own[step] = {LOCAL_PREFIX + tag: v for tag, v in values.items()}
-            layout = self.options.gradient_groups
             for step, squares in pending_grads:
                 if squares is not None:
-                    norms = layout.tags(metrics.GRAD_NORM_PREFIX, squares, metrics.GRAD_NORM_TOTAL)
+                    norms = self._gradient_tags(squares)
                     own.setdefault(step, {}).update({LOCAL_PREFIX + tag: v for tag, v in norms.items()})
             for step in sorted(own):
                 self.main.add_scalars(step, own[step])
