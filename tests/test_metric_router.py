@@ -122,6 +122,7 @@ def make_job(
             tokens_per_sample=None,
             gradient_groups=options.get("gradient_groups"),  # type: ignore[arg-type]
             rank_layout=options.get("rank_layout") if topology.is_writer else None,  # type: ignore[arg-type]
+            **{key: value for key, value in options.items() if key.startswith(("routers", "expert_", "dead_"))},
         )
         router = MetricRouter(topology, router_options, main, rank_run, collectives)  # type: ignore[arg-type]
         ranks.append(Rank(topology, router, main, rank_run, collectives))
@@ -556,7 +557,7 @@ def _monitor_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, per_rank_limit
             )
             monitor.train_started(start)
             for step in range(1, 9):
-                monitor.step_began()
+                monitor.step_began(step)
                 outputs = (step + 0.5 + 2.0 * rank, False, 1.0, 0.001 * step, 1.0)
                 monitor.step_ended(StepEnd(step, None, lambda _args, _step, outputs=outputs: outputs))
             monitor.train_ended(None)

@@ -14,12 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from mindformers_tbplugin.log import logger
 
 Listener = Callable[[int, dict[str, float]], None]
+# (step, each expert's load over its layer's mean (layers x experts), the LoadStatistics that named them)
+ExpertLoadListener = Callable[[int, Any, Any], None]
 
 _listeners: list[Listener] = []
+_expert_load_listeners: list[ExpertLoadListener] = []
 _main_run = ""  # the main run's folder, relative to its log_dir (as ``mftb watch`` names runs)
 
 
@@ -50,6 +54,26 @@ def publish(step: int, values: dict[str, float]) -> None:
             listener(step, values)
         except Exception as exc:  # a listener must never stop training
             unsubscribe(listener)
+            logger.warning("listener %r failed (%r) and was removed", listener, exc)
+
+
+def subscribe_expert_loads(listener: ExpertLoadListener) -> None:
+    if listener not in _expert_load_listeners:
+        _expert_load_listeners.append(listener)
+
+
+def unsubscribe_expert_loads(listener: ExpertLoadListener) -> None:
+    if listener in _expert_load_listeners:
+        _expert_load_listeners.remove(listener)
+
+
+def publish_expert_loads(step: int, relative: Any, statistics: Any) -> None:
+    """The MoE layers' loads behind the ``moe/*`` values of ``step``, published just before them."""
+    for listener in tuple(_expert_load_listeners):
+        try:
+            listener(step, relative, statistics)
+        except Exception as exc:  # a listener must never stop training
+            unsubscribe_expert_loads(listener)
             logger.warning("listener %r failed (%r) and was removed", listener, exc)
 
 

@@ -31,6 +31,11 @@ TRAIN_GRAD_NORM = "train/grad_norm"
 TRAIN_LOSS_SCALE = "train/loss_scale"
 TRAIN_OVERFLOW = "train/overflow"
 TRAIN_PARAM_NORM = "train/param_norm"
+# The parts of an mcore model's loss (MoE / multi-token prediction), as their contributions to train/loss.
+TRAIN_LOSS_LM = "train/loss_lm"
+TRAIN_LOSS_MTP = "train/loss_mtp"
+TRAIN_LOSS_AUX = "train/loss_aux"
+TRAIN_LOSS_INDEXER = "train/loss_indexer"
 PERF_STEP_TIME_MS = "perf/step_time_ms"
 # The job's samples (tokens) per step over this rank's own average step time.
 PERF_SAMPLES_PER_S = "perf/samples_per_s"
@@ -38,6 +43,9 @@ PERF_TOKENS_PER_S = "perf/tokens_per_s"
 # Per aggregation interval: the sum over data-parallel replicas of each replica's own rate.
 PERF_JOB_SAMPLES_PER_S = "perf/job_samples_per_s"
 PERF_JOB_TOKENS_PER_S = "perf/job_tokens_per_s"
+# Model FLOPs per second per device (MindFormers' formula), and its share of the device's peak.
+PERF_MODEL_TFLOPS = "perf/model_tflops_per_device"
+PERF_MFU = "perf/mfu"
 SYSTEM_HOST_RSS_GB = "system/host_rss_gb"
 SYSTEM_DEVICE_MEM_ALLOCATED_GB = "system/device_mem_allocated_gb"
 SYSTEM_DEVICE_MEM_PEAK_GB = "system/device_mem_peak_gb"
@@ -47,6 +55,12 @@ GRAD_NORM_PREFIX = "grad_norm/"
 PARAM_NORM_PREFIX = "param_norm/"
 GRAD_NORM_TOTAL = "grad_norm/total"  # over all groups: the pre-reduction norm, whether clipping is on or off
 GRAD_NORM_HISTOGRAM = "grad_norm/per_param_log10"  # histogram of log10 per-parameter gradient norms
+# Mixture-of-experts routing (pipeline/expert_load.py): moe/<group>/<statistic>, and over all layers.
+MOE_PREFIX = "moe/"
+MOE_LAYER_STATISTICS = ("max_violation", "min_load", "dead_experts")
+MOE_BIAS_RANGE = "bias_range"
+MOE_MAX_VIOLATION = "moe/max_violation"
+MOE_DEAD_EXPERTS = "moe/dead_experts"
 EVAL_LOSS = "eval/loss"
 EVAL_PERPLEXITY = "eval/perplexity"
 META_RESTART = "meta/restart"  # scalar: the step resumed from; text: what was resumed
@@ -65,7 +79,7 @@ BUILTIN_TAGS = frozenset(
     for name, value in dict(globals()).items()
     if name.startswith(("TRAIN_", "PERF_", "SYSTEM_", "EVAL_", "META_", "GRAD_NORM_TOTAL")) and not value.endswith("/")
 )
-BUILTIN_FAMILIES = (EVAL_PREFIX, GRAD_NORM_PREFIX, PARAM_NORM_PREFIX, "ranks/", "local/", "alerts/")
+BUILTIN_FAMILIES = (EVAL_PREFIX, GRAD_NORM_PREFIX, PARAM_NORM_PREFIX, MOE_PREFIX, "ranks/", "local/", "alerts/")
 _X_AXIS_TWINS = frozenset(t + suffix for t in X_AXIS_VARIANT_TAGS for suffix in (VS_SAMPLES_SUFFIX, VS_TOKENS_SUFFIX))
 
 
@@ -76,7 +90,7 @@ def is_builtin_tag(tag: str) -> bool:
 class StepMetrics:
     """One logged step's values, grouped by kind. A plain class: one is built per logged step."""
 
-    __slots__ = ("data", "grad_squares", "model", "step", "system")
+    __slots__ = ("data", "expert_load", "grad_squares", "model", "step", "system")
 
     def __init__(
         self,
@@ -90,6 +104,7 @@ class StepMetrics:
         self.model = {} if model is None else model
         self.system = {} if system is None else system
         self.grad_squares: Any = None  # per-parameter squared gradient norms (numpy), when the wrapper returns them
+        self.expert_load: Any = None  # (loads, bias): the MoE routers' per-expert load of this step, when read
 
     def by_kind(self, kind: MetricKind) -> dict[str, float]:
         return {MetricKind.DATA: self.data, MetricKind.MODEL: self.model, MetricKind.SYSTEM: self.system}[kind]

@@ -15,6 +15,8 @@ cross-rank aggregation first, according to their kind.
   multi-rank job their squares ride in the same all-reduce and are averaged over the ranks, then
   written with the loss at their own steps; otherwise the writing rank's own, at once (under
   ``local/`` when there are several ranks).
+* MoE expert loads (``routers``): see :mod:`~mindformers_tbplugin.pipeline.expert_routing`; on a
+  multi-rank job they ride in the same all-reduce.
 * per-rank records (``rank_layout``): the system values every rank sent in that all-reduce, kept by
   the writing rank as a ``ranks/matrix`` tensor per interval (or per several: see
   :mod:`~mindformers_tbplugin.pipeline.rank_records`), encoded on the writer thread.
@@ -37,6 +39,9 @@ from mindformers_tbplugin.pipeline.aggregation import (
     JobThroughput,
     SystemSummary,
 )
+from mindformers_tbplugin.pipeline.expert_load import DEFAULT_DEAD_FRACTION, RouterSet
+from mindformers_tbplugin.pipeline.expert_records import ExpertLayout
+from mindformers_tbplugin.pipeline.expert_routing import ExpertLoadRouting
 from mindformers_tbplugin.pipeline.gradient_groups import GroupLayout
 from mindformers_tbplugin.pipeline.metrics import MetricKind, StepMetrics
 from mindformers_tbplugin.pipeline.rank_records import PLUGIN_NAME, TAG, RankLayout, RankRecorder
@@ -58,6 +63,10 @@ class RouterOptions:
     tokens_per_sample: int | None
     gradient_groups: GroupLayout | None = None  # set when the wrapper returns per-parameter gradient norms
     rank_layout: RankLayout | None = None  # set on the writing rank when per-rank records are on
+    routers: RouterSet | None = None  # set when the MoE routers' loads are read
+    dead_expert_fraction: float = DEFAULT_DEAD_FRACTION
+    expert_layout: ExpertLayout | None = None  # set on the writing rank: the moe dashboard's records
+    expert_reads_per_interval: int = 1  # the most router reads an aggregation interval holds
 
 
 class MetricRouter:
@@ -81,11 +90,30 @@ class MetricRouter:
         )
         layout = options.gradient_groups
         self._grads = GradientAggregator(options.aggregate_every, len(layout)) if self.collectives and layout else None
+        self._experts = (
+            ExpertLoadRouting(
+                options.routers,
+                options.dead_expert_fraction,
+                options.expert_layout if main is not None else None,
+                options.expert_reads_per_interval,
+                aggregating=self.collectives is not None,
+            )
+            if options.routers is not None
+            else None
+        )
+        # rank_policy: all: every rank's own reads too, scalars and records, in its rank run
+        own_loads = options.routers is not None and rank_run is not None and options.rank_policy == "all"
+        self._own_experts = (
+            ExpertLoadRouting(options.routers, options.dead_expert_fraction, options.expert_layout, 1, False, False)
+            if own_loads
+            else None
+        )
         ranks = options.rank_layout
         recording = bool(self.collectives and main is not None and ranks and ranks.world_size == topology.world_size)
         self._ranks = RankRecorder(ranks.intervals_per_record) if recording else None
         self._ranks_content = ranks.content() if recording else b""  # the first record's; then empty
         self._last_aggregated_step: int | None = None
+        self._last_expert_step: int | None = None
         self._warn_once = WarnOnce()
         self.aggregations = 0
         self.stop_agreed = False  # a rank asked the job to stop (listeners.request_job_stop): every rank stops
@@ -104,6 +132,9 @@ class MetricRouter:
             self._last_aggregated_step = step - 1
         if self.options.gradient_groups is not None:
             self._add_gradient_norms(step_metrics)
+        if self._experts is not None and step_metrics.expert_load is not None:
+            self._last_expert_step = step
+            self._add_expert_load(step_metrics)
         self._write(step_metrics)
         if self._system is not None:
             self._system.add(step_metrics.system)
@@ -135,6 +166,22 @@ class MetricRouter:
             if self.topology.world_size > 1:  # one rank's local values, like the loss without aggregation
                 norms = {LOCAL_PREFIX + tag: value for tag, value in norms.items()}
             step_metrics.model.update(norms)
+
+    def _add_expert_load(self, step_metrics: StepMetrics) -> None:
+        """A read of the routers: into the interval's aggregation, or among the step's model values."""
+        loads, bias = step_metrics.expert_load
+        relative = self._experts.relative(loads)
+        if self._own_experts is not None:
+            own = self._own_experts.written(step_metrics.step, relative, bias, self.rank_run)
+            if self._experts.aggregator is not None:  # else they reach the rank run with the model values
+                self.rank_run.add_scalars(step_metrics.step, own)
+        if self._experts.aggregator is not None:
+            self._experts.aggregator.add(step_metrics.step, relative, bias)
+            return
+        values = self._experts.written(step_metrics.step, relative, bias, self.main)
+        if self.topology.world_size > 1:  # one rank's local values, like the loss without aggregation
+            values = {LOCAL_PREFIX + tag: value for tag, value in values.items()}
+        step_metrics.model.update(values)
 
     def log_values(self, step: int, values: dict[str, float], kind: MetricKind) -> None:
         """Custom values (log_scalars) at ``step``, treated like built-in metrics of ``kind``. Never
@@ -181,15 +228,22 @@ class MetricRouter:
         system = self._system.pack_slots(self.topology.rank, self.topology.world_size)
         job = self._job.pack()
         grads = self._grads.pack() if self._grads is not None else np.zeros(0, dtype=np.float32)
+        experts = self._experts.aggregator if self._experts is not None else None
+        loads = experts.pack() if experts is not None else np.zeros(0, dtype=np.float32)
         stop = np.array([1.0 if listeners.take_stop_request() else 0.0], dtype=np.float32)
-        reduced = self.collectives.all_reduce_sum(np.concatenate([data, system, job, grads, stop]))
+        reduced = self.collectives.all_reduce_sum(np.concatenate([data, system, job, grads, loads, stop]))
         self.stop_agreed = self.stop_agreed or bool(reduced[-1] > 0)
         reduction = self._data.unpack(reduced[: data.size], tags)
         job_start = data.size + system.size
         grads_start = job_start + job.size
         gathered = reduced[data.size : job_start].reshape(self.topology.world_size, -1)
         job_rates = self._job.unpack(reduced[job_start:grads_start])
-        gradient_norms = self._gradient_norms(reduced[grads_start:-1])
+        loads_start = grads_start + grads.size
+        # Model values combined in the all-reduce, written with the data metrics of their step.
+        combined = self._gradient_norms(reduced[grads_start:loads_start])
+        for load_step, relative, bias in experts.unpack(reduced[loads_start:-1]) if experts is not None else ():
+            values = self._experts.written(load_step, relative, bias, self.main)
+            combined.setdefault(load_step, {}).update(values)
         if self.main is None:
             return
         if reduction.mismatch:
@@ -201,9 +255,9 @@ class MetricRouter:
         for data_step, values in reduction.steps:
             if reduction.mismatch:  # these are this rank's own values
                 values = {LOCAL_PREFIX + tag: value for tag, value in values.items()}
-            self._write_main(data_step, {**values, **gradient_norms.pop(data_step, {})})
-        for grad_step, values in gradient_norms.items():
-            self._write_main(grad_step, values)
+            self._write_main(data_step, {**values, **combined.pop(data_step, {})})
+        for combined_step, values in sorted(combined.items()):
+            self._write_main(combined_step, values)
         if reduction.local_only:
             self._warn_once(
                 "overflow",
@@ -240,10 +294,12 @@ class MetricRouter:
         """End of training. After a clean end every rank aggregates what is left; after a failure
         no collective is attempted (other ranks may be gone) and this rank's values are written."""
         if self._data is None:
+            self._finish_expert_records()
             return
         listeners.remove_stop_carrier()
         pending_grads = self._grads.pending if self._grads is not None else []
-        last_steps = [pending[-1][0] for pending in (self._data.pending, pending_grads) if pending]
+        pending_loads = self._experts.aggregator.pending if self._experts is not None else []
+        last_steps = [pending[-1][0] for pending in (self._data.pending, pending_grads, pending_loads) if pending]
         if last_steps and clean:
             self.aggregate(max(last_steps))
         elif last_steps and self.main is not None:
@@ -254,16 +310,29 @@ class MetricRouter:
                 if squares is not None:
                     norms = self._gradient_tags(squares)
                     own.setdefault(step, {}).update({LOCAL_PREFIX + tag: v for tag, v in norms.items()})
+            for step, relative, bias in pending_loads:
+                loads = self._experts.statistics.scalars(relative, bias)
+                own.setdefault(step, {}).update({LOCAL_PREFIX + tag: v for tag, v in loads.items()})
             for step in sorted(own):
                 self.main.add_scalars(step, own[step])
             self._data.pending = []
             if self._grads is not None:
                 self._grads.pending = []
+            if self._experts is not None:
+                self._experts.aggregator.pending = []
         if self._ranks is not None and self._last_aggregated_step is not None:
             # The intervals of a record not yet due; no collective needed, so after a failure too.
             self._write_rank_record(self._last_aggregated_step, self._ranks.take())
+        self._finish_expert_records()
         logger.info(
             "TensorBoardMonitor: %d aggregation interval(s), %d collective(s) in all",
             self.aggregations,
             self.collectives.calls,
         )
+
+    def _finish_expert_records(self) -> None:
+        """The moe records of reads not yet in one (no collective needed)."""
+        if self._experts is not None:
+            self._experts.finish(self.main, self._last_expert_step)
+        if self._own_experts is not None:
+            self._own_experts.finish(self.rank_run, self._last_expert_step)

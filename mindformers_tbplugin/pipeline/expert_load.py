@@ -1,0 +1,106 @@
+"""Mixture-of-experts routing health from the routers' per-expert load. numpy only, no I/O.
+
+A router's load is the share of the step's routed slots (tokens x top-k) each of its experts got,
+as MindFormers' routers accumulate it (``expert_load`` of expert-bias routers, ``fi_accu`` of
+``gbs_aux_loss`` routers); any positive scale works, rows are normalised here. Per MoE layer
+(``group``, named as the gradient groups are: ``layers.3``, ``mtp.layers.0``):
+
+* ``moe/<group>/max_violation``: MaxVio = max load / mean load - 1, the load-balance measure of
+  DeepSeek's auxiliary-loss-free balancing (0 = balanced; at most experts / top-k - 1);
+* ``moe/<group>/min_load``: the least-loaded expert's load over the mean (1 = balanced, 0 = unused);
+* ``moe/<group>/dead_experts``: experts whose load is under ``dead_fraction`` of the mean;
+* ``moe/<group>/bias_range``: max - min of the expert bias (expert-bias routers);
+* ``moe/max_violation`` (the worst layer's) and ``moe/dead_experts`` (over all layers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mindformers_tbplugin.pipeline import metrics
+
+EXPERT_BIAS = "expert_bias"  # DeepSeek-style router: top-k on score + bias, bias updated from the load
+AUX_LOSS = "aux_loss"  # router balanced by an auxiliary loss only
+DEFAULT_DEAD_FRACTION = 0.1
+
+
+@dataclass(frozen=True)
+class RouterSet:
+    """The MoE layers of a model, in the order their loads arrive (rows of the load matrix)."""
+
+    groups: tuple[str, ...]
+    experts: int  # routed experts per layer
+    top_k: int
+    kinds: tuple[str, ...]  # EXPERT_BIAS or AUX_LOSS, per layer
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+    @property
+    def has_bias(self) -> bool:
+        return EXPERT_BIAS in self.kinds
+
+
+class LoadStatistics:
+    """The ``moe/*`` scalars of one read of every router, with their tag names spelled once."""
+
+    def __init__(self, routers: RouterSet, dead_fraction: float = DEFAULT_DEAD_FRACTION) -> None:
+        self.routers = routers
+        self.dead_fraction = dead_fraction
+        prefix = metrics.MOE_PREFIX
+        self._tags = [
+            tuple(f"{prefix}{group}/{name}" for name in metrics.MOE_LAYER_STATISTICS) for group in routers.groups
+        ]
+        self._bias_rows = np.array([kind == EXPERT_BIAS for kind in routers.kinds])
+        self._bias_tags = [f"{prefix}{group}/{metrics.MOE_BIAS_RANGE}" for group in routers.groups]
+
+    def relative(self, loads: np.ndarray) -> np.ndarray:
+        """Each expert's load over its layer's mean (float64, L x E); NaN rows for layers without load."""
+        loads = np.asarray(loads, dtype=np.float64)
+        totals = loads.sum(axis=1, keepdims=True)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(totals > 0, loads * (loads.shape[1] / totals), np.nan)
+
+    def scalars(self, relative: np.ndarray, bias: np.ndarray | None = None) -> dict[str, float]:
+        """The tags of one read, from :meth:`relative` loads and the expert bias (L x E, or None)."""
+        known = ~np.isnan(relative[:, 0])
+        if not known.any():
+            return {}
+        # Whole-matrix reductions, then plain lists: a few numpy calls whatever the number of layers.
+        rows = np.where(known[:, None], relative, 1.0)
+        violations = (rows.max(axis=1) - 1.0).tolist()
+        lows = rows.min(axis=1).tolist()
+        dead = (rows < self.dead_fraction).sum(axis=1).tolist()
+        values: dict[str, float] = {}
+        for index in np.flatnonzero(known).tolist():
+            violation_tag, min_tag, dead_tag = self._tags[index]
+            values[violation_tag] = violations[index]
+            values[min_tag] = lows[index]
+            values[dead_tag] = float(dead[index])
+        values[metrics.MOE_MAX_VIOLATION] = max(violations[i] for i in np.flatnonzero(known).tolist())
+        values[metrics.MOE_DEAD_EXPERTS] = float(sum(dead[i] for i in np.flatnonzero(known).tolist()))
+        if bias is not None and self._bias_rows.any():
+            ranges = (bias.max(axis=1) - bias.min(axis=1)).tolist()
+            for index in np.flatnonzero(self._bias_rows & known).tolist():
+                values[self._bias_tags[index]] = ranges[index]
+        return values
+
+    def describe_collapse(self, relative: np.ndarray, group_index: int, top: int = 4) -> str:
+        """``layers.2: experts 3, 1 took 1.9x, 1.7x the mean load; experts 0, 2 under 10% of it (0.00x, 0.04x)``."""
+        row = relative[group_index]
+        order = np.argsort(row)
+        busy = [int(e) for e in order[::-1][:top] if row[e] > 1.0]
+        idle = [int(e) for e in order[:top] if row[e] < self.dead_fraction]
+        parts = []
+        if busy:
+            loads = ", ".join(f"{row[e]:.2f}x" for e in busy)
+            parts.append(f"expert{'s' if len(busy) > 1 else ''} {', '.join(map(str, busy))} took {loads} the mean load")
+        if idle:
+            loads = ", ".join(f"{row[e]:.2f}x" for e in idle)
+            dead_share = f"{self.dead_fraction:.0%}"
+            parts.append(
+                f"expert{'s' if len(idle) > 1 else ''} {', '.join(map(str, idle))} under {dead_share} of it ({loads})"
+            )
+        return f"{self.routers.groups[group_index]}: " + "; ".join(parts)

@@ -1,0 +1,110 @@
+"""Where a read of the MoE routers goes: its ``moe/*`` scalars and its ``moe/load`` record.
+
+One process writes them at once. A multi-rank job with aggregation averages each layer's loads over
+the ranks that hold it in the one all-reduce per interval (``ExpertLoadAggregator``), and the writing
+rank writes them at their own steps, like the loss. Without aggregation a multi-rank job writes the
+writing rank's own values under ``local/``. Alert rules see the scalars, and the layer x expert
+loads behind them (``listeners.publish_expert_loads``), on the writing rank.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import numpy as np
+
+from mindformers_tbplugin.pipeline import listeners
+from mindformers_tbplugin.pipeline.aggregation import ExpertLoadAggregator
+from mindformers_tbplugin.pipeline.expert_load import EXPERT_BIAS, LoadStatistics, RouterSet
+from mindformers_tbplugin.pipeline.expert_records import (
+    BIAS,
+    LOAD,
+    PLUGIN_NAME,
+    TAG,
+    ExpertLayout,
+    LoadRecorder,
+    reads_per_record,
+)
+from mindformers_tbplugin.tfevents.events import tensor_event
+from mindformers_tbplugin.tfevents.writer import RunWriter
+
+
+class ExpertLoadRouting:
+    def __init__(
+        self,
+        routers: RouterSet,
+        dead_fraction: float,
+        layout: ExpertLayout | None,
+        reads_per_interval: int,
+        aggregating: bool,
+        publishes: bool = True,
+    ) -> None:
+        """``layout``: where the moe dashboard's records are written (the writing rank's main run, or a
+        rank's own run with ``rank_policy: all``); ``reads_per_interval``: the most router reads an
+        aggregation interval holds; ``publishes``: hand the loads to the alert rules."""
+        self.statistics = LoadStatistics(routers, dead_fraction)
+        self._no_bias = np.array([kind != EXPERT_BIAS for kind in routers.kinds])
+        self._recorder = LoadRecorder(layout.reads_per_record, routers.has_bias) if layout is not None else None
+        self._content = layout.content() if layout is not None else b""  # the first record's; then empty
+        self._publishes = publishes
+        self.aggregator = (
+            ExpertLoadAggregator(reads_per_interval, len(routers), routers.experts, routers.has_bias)
+            if aggregating
+            else None
+        )
+
+    def relative(self, loads: np.ndarray) -> np.ndarray:
+        return self.statistics.relative(loads)
+
+    def written(self, step: int, relative: np.ndarray, bias: np.ndarray | None, run: RunWriter | None) -> dict:
+        """The scalars of one read (combined over ranks, or this process's own); where ``run`` is
+        written, the record, when due, goes to its writer thread (and the loads to the alert rules)."""
+        if bias is not None:
+            bias = np.where(self._no_bias[:, None], np.nan, bias)
+        values = self.statistics.scalars(relative, bias)
+        if run is not None:
+            if self._publishes:
+                listeners.publish_expert_loads(step, relative, self.statistics)
+            if self._recorder is not None:
+                self._queue_record(run, step, self._recorder.add(relative, bias))
+        return values
+
+    def finish(self, run: RunWriter | None, step: int | None) -> None:
+        """The reads of a record not yet due (end of training)."""
+        if run is not None and self._recorder is not None and step is not None:
+            self._queue_record(run, step, self._recorder.take())
+
+    def _queue_record(self, run: RunWriter, step: int, record: Any) -> None:
+        if record is None:
+            return
+        content, self._content = self._content, b""
+        build = functools.partial(tensor_event, tag=TAG, array=record, plugin_name=PLUGIN_NAME, content=content)
+        run.add_built(step, build)
+
+
+def router_options(
+    routers: RouterSet | None,
+    moe_every: int,
+    log_every: int,
+    aggregate_every: int,
+    record_budget: float,
+    dead_fraction: float,
+) -> dict[str, Any]:
+    """RouterOptions' MoE fields for a training: the records' layout and the reads an aggregation
+    interval can hold (the reads fall on logged steps that cross a multiple of ``moe_every``)."""
+    if routers is None:
+        return {}
+    channels = (LOAD, BIAS) if routers.has_bias else (LOAD,)
+    reads = reads_per_record(len(routers), routers.experts, len(channels), moe_every, record_budget)
+    layout = ExpertLayout(
+        routers.groups, routers.experts, routers.top_k, routers.kinds, channels, moe_every, reads, dead_fraction
+    )
+    per_interval = min(math.ceil(aggregate_every / moe_every), aggregate_every // max(log_every, 1)) or 1
+    return {
+        "routers": routers,
+        "dead_expert_fraction": dead_fraction,
+        "expert_layout": layout,
+        "expert_reads_per_interval": max(per_interval, 1),
+    }
