@@ -223,7 +223,7 @@ def monitor_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, world_size: int
             )
             monitors[rank].train_started(start)
             for step in range(1, 11):
-                monitors[rank].step_began()
+                monitors[rank].step_began(step)
                 outputs = (step + 0.5, False, 1.0, 0.001 * step, 1.0)
                 monitors[rank].step_ended(StepEnd(step, None, lambda _args, _step, outputs=outputs: outputs))
             monitors[rank].train_ended(None)

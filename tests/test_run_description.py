@@ -106,6 +106,7 @@ def test_hparams_from_a_config_take_their_column_types() -> None:
     assert values == {
         "experiment": "exp",
         "world_size": 8,
+        "data_parallel_replicas": 4,
         "batch_size": 4,  # 16 samples per step over 4 data-parallel ranks
         "global_batch_size": 32,  # x 2 accumulation steps
         "seq_length": 4096,

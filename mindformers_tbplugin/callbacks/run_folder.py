@@ -17,10 +17,11 @@ import numpy as np
 
 from mindformers_tbplugin.framework.collectives import Collectives
 from mindformers_tbplugin.log import logger
-from mindformers_tbplugin.pipeline import rank_layout
+from mindformers_tbplugin.pipeline import metrics, rank_layout
 from mindformers_tbplugin.pipeline.rank_records import RankLayout
 from mindformers_tbplugin.pipeline.topology import Topology
 from mindformers_tbplugin.tfevents import run_folders
+from mindformers_tbplugin.tfevents.writer import RunWriter
 
 NODE_RANK_ENV = "MFTB_NODE_RANK"  # set by msrun_launch.sh: its --node_rank
 WORKER_LOGS_ENV = "MFTB_WORKER_LOGS"  # set by msrun_launch.sh: <output_dir>/msrun_log
@@ -138,3 +139,15 @@ def housekeeping(
             log_root,
             min_free_gb,
         )
+
+
+def mark_restart(writer: RunWriter, step: int, resumed_from: int, checkpoint: str | None) -> None:
+    """``meta/restart`` at the first step of a resumed attempt: the step resumed from, and what was resumed."""
+    writer.add_scalars(step, {metrics.META_RESTART: float(resumed_from)})
+    checkpoint = checkpoint or "the loaded checkpoint"
+    writer.add_text(
+        step,
+        metrics.META_RESTART,
+        f"Resumed at step {step} from {checkpoint} (step {resumed_from}); points an earlier attempt "
+        f"wrote after step {resumed_from} are purged. Process {os.getpid()} on {socket.gethostname()}.",
+    )

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import socket
 import time
 import warnings
 from collections.abc import Mapping
@@ -17,12 +15,14 @@ from mindformers_tbplugin.framework.collectives import Collectives
 from mindformers_tbplugin.framework.eval_hook import EvalRecorder
 from mindformers_tbplugin.framework.layer_norms import LayerNorms, parameter_norm
 from mindformers_tbplugin.framework.model_facts import ModelFacts, loss_scale_for_pipeline
+from mindformers_tbplugin.framework.model_outputs import ModelOutputs
 from mindformers_tbplugin.framework.system_stats import MemoryReadings
 from mindformers_tbplugin.framework.trainers import MonitorCallback, StepEnd, TrainStart
 from mindformers_tbplugin.log import WarnOnce, logger
-from mindformers_tbplugin.pipeline import custom_metrics, listeners, metrics
+from mindformers_tbplugin.pipeline import custom_metrics, expert_routing, listeners, metrics
 from mindformers_tbplugin.pipeline.gradient_groups import NORM_GROUPS
 from mindformers_tbplugin.pipeline.metrics import MetricKind, StepMetrics
+from mindformers_tbplugin.pipeline.model_flops import PEAK
 from mindformers_tbplugin.pipeline.routing import MetricRouter, RouterOptions
 from mindformers_tbplugin.pipeline.topology import Topology
 from mindformers_tbplugin.tfevents import run_folders
@@ -96,6 +96,17 @@ class TensorBoardMonitor(MonitorCallback):
             dashboard (multi-rank jobs with aggregation).
         rank_record_budget: Most bytes per training step the per-rank records may average; a large world
             gets one record per several intervals, their maximum; 0: one record every interval.
+        moe_every: In a mixture-of-experts model, read every MoE layer's expert load every this many
+            steps (one host read per layer) for the ``moe/*`` tags, the routing alerts and the moe
+            dashboard; 0 turns it off. Models without MoE layers ignore it.
+        moe_record_budget: Most bytes per training step the moe dashboard's layer x expert records may
+            average; a large model gets one record per several reads, their mean; 0: one every read.
+        dead_expert_fraction: An expert whose load is under this share of its layer's mean load counts
+            as dead (``moe/<layer>/dead_experts``).
+        peak_tflops: The device's peak dense TFLOPS at the training's compute precision, for
+            ``perf/mfu`` (``perf/model_tflops_per_device`` over this peak): a number, an Ascend part
+            from the table in docs (e.g. ``Ascend910B3``), ``auto`` (the part MindSpore reports, when
+            it is in that table), or null (no MFU).
     """
 
     def __init__(
@@ -129,6 +140,10 @@ class TensorBoardMonitor(MonitorCallback):
         min_free_gb: Annotated[float, Range(min=0)] = 1.0,
         rank_records: bool = True,
         rank_record_budget: Annotated[int, Range(min=0)] = 1024,
+        moe_every: Annotated[int, Range(min=0)] = 10,
+        moe_record_budget: Annotated[int, Range(min=0)] = 1024,
+        dead_expert_fraction: Annotated[float, Range(min=0, max=1)] = 0.1,
+        peak_tflops: Annotated[float | str | None, PEAK] = "auto",
     ) -> None:
         super().__init__()
         arguments = dict(locals())
@@ -172,6 +187,11 @@ class TensorBoardMonitor(MonitorCallback):
         self.min_free_gb = min_free_gb
         self.rank_records = rank_records
         self.rank_record_budget = rank_record_budget
+        self.moe_every = moe_every
+        self.moe_record_budget = moe_record_budget
+        self.dead_expert_fraction = dead_expert_fraction
+        self.peak_tflops = peak_tflops
+        self._outputs: ModelOutputs | None = None
         self.resumed_from: int | None = None  # the restored step, when this run continues another
         self._run_info = run_description.RunInfoOptions(hparams=log_hparams, config=log_config, graph=log_graph)
         self._eval_recorder = EvalRecorder(self._log_eval) if log_eval else None
@@ -231,9 +251,11 @@ class TensorBoardMonitor(MonitorCallback):
     def train_started(self, start: TrainStart) -> None:
         self._guard("begin", self._begin, start)
 
-    def step_began(self) -> None:
+    def step_began(self, step: int) -> None:
         if self._last_log_time is None:
             self._last_log_time = time.perf_counter()
+        if self._outputs is not None:
+            self._guard("step_begin", self._outputs.step_began, step)
 
     def step_ended(self, step: StepEnd) -> None:
         if self._router is not None:
@@ -255,6 +277,9 @@ class TensorBoardMonitor(MonitorCallback):
         self._static_lr = metrics.static_learning_rate(self._facts.optimizer)
         self._loss_divisor = loss_scale_for_pipeline(topology, start.train_network)
         self._layer_norms = LayerNorms.for_training(start, self.norm_groups, self.grad_hist_every)
+        self._outputs = ModelOutputs.for_training(
+            start, self._accumulators_due, self.moe_every > 0, self.step_of, self.peak_tflops
+        )
         collectives = Collectives() if topology.communicating else None
         pattern, experiment = self.run_name_pattern, self.experiment
         continued, self.resumed_from = run_folder.run_to_continue(
@@ -269,7 +294,8 @@ class TensorBoardMonitor(MonitorCallback):
             retention = (self.run_dir, self.keep_last_runs, self.archive_dir, self.min_free_gb)
             self._guard("housekeeping", run_folder.housekeeping, self.log_root, pattern, experiment, *retention)
             if self.resumed_from is not None:
-                self._mark_restart(start.checkpoint)
+                run_folder.mark_restart(self._writer, self._step + 1, self.resumed_from, start.checkpoint)
+                logger.info("TensorBoardMonitor: continuing %s after step %d", self.run_dir, self.resumed_from)
             on_sigterm(self._on_sigterm)
         per_rank = self.per_rank_system is True or (
             self.per_rank_system == "auto" and topology.world_size <= self.per_rank_limit
@@ -289,6 +315,11 @@ class TensorBoardMonitor(MonitorCallback):
             tokens_per_sample=self._facts.tokens_per_sample,
             gradient_groups=self._layer_norms.gradients if self._layer_norms else None,
             rank_layout=layout if self.rank_records else None,
+            **expert_routing.router_options(
+                self._outputs.routers,
+                *(self.moe_every, self.log_every, self.aggregate_every, self.moe_record_budget),
+                self.dead_expert_fraction,
+            ),
         )
         self._router = MetricRouter(topology, options, self._writer, rank_writer, collectives)
         custom_metrics.attach(self)
@@ -296,25 +327,16 @@ class TensorBoardMonitor(MonitorCallback):
             self._eval_recorder.attach(start.eval_callbacks)
         if self._writer is not None:
             self._guard(
-                "run_info", run_description.write_run_start, self._writer, start, self.experiment, self._run_info
+                "run_info",
+                run_description.write_run_start,
+                *(self._writer, start, self.experiment, self._run_info, self._outputs.hparams),
             )
         logger.info("TensorBoardMonitor: %s", topology.describe())
         if self._layer_norms is not None:
             logger.info("TensorBoardMonitor: %s", self._layer_norms.describe())
+        logger.info("TensorBoardMonitor: %s", self._outputs.describe())
         if self._writer is not None:
             logger.info("TensorBoardMonitor: writing %s. View it: mftb tensorboard %s", self.run_dir, self.log_root)
-
-    def _mark_restart(self, checkpoint: str | None) -> None:
-        step = self._step + 1
-        self._writer.add_scalars(step, {metrics.META_RESTART: float(self.resumed_from)})
-        checkpoint = checkpoint or "the loaded checkpoint"
-        self._writer.add_text(
-            step,
-            metrics.META_RESTART,
-            f"Resumed at step {step} from {checkpoint} (step {self.resumed_from}); points an earlier attempt "
-            f"wrote after step {self.resumed_from} are purged. Process {os.getpid()} on {socket.gethostname()}.",
-        )
-        logger.info("TensorBoardMonitor: continuing %s after step %d", self.run_dir, self.resumed_from)
 
     def _on_sigterm(self) -> None:
         """Runs in the SIGTERM handler, before the writers close."""
@@ -342,9 +364,10 @@ class TensorBoardMonitor(MonitorCallback):
             data[metrics.TRAIN_LOSS] /= self._loss_divisor
         if self._static_lr is not None and metrics.TRAIN_LR not in model:
             model[metrics.TRAIN_LR] = self._static_lr
-        if self._last_log_time is not None:
-            step_time = (now - self._last_log_time) / steps_done
+        step_time = None if self._last_log_time is None else (now - self._last_log_time) / steps_done
+        if step_time is not None:
             system.update(metrics.throughput(step_time, self._facts.samples_per_step, self._facts.tokens_per_sample))
+        self._outputs.add_to(step_metrics, self._loss_divisor, step_time)
         if self._memory is not None:
             system.update(self._memory.read(now))
         if self.param_norm_every and step // self.param_norm_every > self._last_logged_step // self.param_norm_every:
@@ -359,6 +382,12 @@ class TensorBoardMonitor(MonitorCallback):
             self._request_stop()
         self._last_logged_step = step
         self._last_log_time = time.perf_counter()
+
+    def _accumulators_due(self, step: int) -> tuple[bool, bool]:
+        """Whether ``step`` logs (loss parts) and reads the routers (expert loads)."""
+        last = self._last_logged_step
+        logged = step - last >= self.log_every
+        return logged, logged and bool(self.moe_every) and step // self.moe_every > last // self.moe_every
 
     def _add_extra(self, extra: custom_metrics.ExtraMetric, cb_params: Any, step_metrics: StepMetrics) -> None:
         try:
@@ -391,6 +420,8 @@ class TensorBoardMonitor(MonitorCallback):
         """Close the run once: aggregate what is left, write ``meta/status``, close the files."""
         remove_sigterm_listener(self._on_sigterm)
         custom_metrics.detach(self)
+        if self._outputs is not None:
+            self._outputs.close()
         if self._eval_recorder is not None:
             self._eval_recorder.detach()
         router, self._router = self._router, None

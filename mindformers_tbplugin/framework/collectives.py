@@ -21,11 +21,13 @@ def _env_int(*names: str, default: int) -> int:
     return default
 
 
-def current_topology(pipeline_stages: int | None = None) -> Topology:
+def current_topology(pipeline_stages: int | None = None, data_parallel: int | None = None) -> Topology:
     """This process's place in the job. Without initialised communication every process is its
     own single-rank job (it cannot agree with others on anything), whatever msrun's env says.
     ``pipeline_stages``: as the trainer's config says (MindFormers 2.x's PyNative trainer does not
-    use MindSpore's auto-parallel context); by default that context's value."""
+    use MindSpore's auto-parallel context); by default that context's value. ``data_parallel``:
+    MindFormers' ``parallel_config.data_parallel``, which decides the replicas under (semi-)auto
+    parallel; without it, the first dimension of MindSpore's dataset strategy."""
     rank = _env_int("RANK_ID", "MS_NODE_ID", default=0)
     world_size, parallel_mode, full_batch, communicating = 1, "stand_alone", False, False
     try:
@@ -38,9 +40,32 @@ def current_topology(pipeline_stages: int | None = None) -> Topology:
         full_batch = bool(context.get_auto_parallel_context("full_batch"))
         if pipeline_stages is None:
             pipeline_stages = int(context.get_auto_parallel_context("pipeline_stages") or 1)
+        if not data_parallel:
+            data_parallel = _dataset_strategy_replicas(context.get_auto_parallel_context("dataset_strategy"))
     except Exception:  # no MindSpore context: a plain single process
         pass
-    return Topology(rank, world_size, pipeline_stages or 1, parallel_mode, full_batch, communicating)
+    return Topology.of(rank, world_size, pipeline_stages or 1, parallel_mode, full_batch, communicating, data_parallel)
+
+
+def _dataset_strategy_replicas(strategy: object) -> int | None:
+    """``((dp, 1), (dp, 1), ...)``: the batch dimension's split of the first input."""
+    try:
+        first = strategy[0][0]  # type: ignore[index]
+    except (TypeError, IndexError, KeyError):
+        return None  # "full_batch" or "data_parallel"
+    return first if isinstance(first, int) and first > 0 else None
+
+
+def device_name() -> str | None:
+    """The Ascend part this process trains on as MindSpore names it (e.g. ``Ascend910B3``), else None."""
+    try:
+        from mindspore import context, hal
+
+        if str(context.get_context("device_target")) != "Ascend":
+            return None
+        return str(hal.get_device_name(0, "Ascend"))
+    except Exception:  # an older MindSpore without mindspore.hal, or no device
+        return None
 
 
 def device_target() -> str:

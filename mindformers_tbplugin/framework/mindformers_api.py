@@ -28,6 +28,11 @@ LOCATIONS: dict[str, tuple[tuple[str, str], ...]] = {
     "Context": (("mindformers.core.context.build_context", "mindformers 1.7-2.0"),),
     "MFTrainOneStepCell": (("mindformers.wrapper.wrapper", "mindformers 1.7-2.0"),),
     "mindformers_logger": (("mindformers.tools.logger", "mindformers 1.7-2.0"),),
+    # mcore models (use_legacy: False)
+    "get_real_models": (("mindformers.wrapper.wrapper", "mindformers 1.7-2.0"),),
+    "parameter_register": (("mindformers.utils.parameter_register", "mindformers 1.7-2.0"),),
+    "convert_transformer_config_to_args_for_tflops": (("mindformers.models.utils", "mindformers 1.9, 2.0"),),
+    "num_floating_point_operations": (("mindformers.models.utils", "mindformers 1.9, 2.0"),),
     # Private in MindSpore: the is-finite overflow check that every backend has a kernel for.
     "finite_check_overflow": (("mindspore.nn.wrap.loss_scale", "mindspore 2.7-2.10"),),
     "Callback": (("mindspore.train", "mindspore 2.7-2.10"),),

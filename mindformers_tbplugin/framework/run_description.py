@@ -31,6 +31,12 @@ CONFIG_TAG = "run/config"
 PARAMETERS_TAG = "run/parameters"
 HPARAM_METRICS = (TRAIN_LOSS, EVAL_LOSS)
 
+
+def _model_paths(*keys: str) -> tuple[str, ...]:
+    """A model key where MindFormers 1.x (``model.model_config``) and 2.x (``model``) put it."""
+    return tuple(f"model.model_config.{key}" for key in keys) + tuple(f"model.{key}" for key in keys)
+
+
 # (hparam name, dotted YAML paths): the columns of TensorBoard's HParams table. Every run declares
 # all of them, so whichever run's experiment TensorBoard picks, the columns are the same. The first
 # path is the classic trainer's YAML, a second one MindFormers 2.x's PyNative trainer's.
@@ -47,8 +53,21 @@ _FROM_YAML = (
     ("seq_length", ("model.model_config.seq_length", "model.seq_length")),
     ("model_type", ("model.arch.type", "model.architectures")),
     ("hidden_size", ("model.model_config.hidden_size", "model.hidden_size")),
-    ("num_layers", ("model.model_config.num_layers", "model.num_hidden_layers")),
-    ("num_heads", ("model.model_config.num_heads", "model.num_attention_heads")),
+    (
+        "num_layers",
+        ("model.model_config.num_layers", "model.model_config.num_hidden_layers", "model.num_hidden_layers"),
+    ),
+    (
+        "num_heads",
+        ("model.model_config.num_heads", "model.model_config.num_attention_heads", "model.num_attention_heads"),
+    ),
+    # Mixture of experts and multi-token prediction (mcore models; the live config, when there is one,
+    # has them whatever the YAML spelling and wins over these).
+    ("num_experts", _model_paths("n_routed_experts", "num_experts", "num_moe_experts")),
+    ("moe_top_k", _model_paths("num_experts_per_tok", "moe_router_topk")),
+    ("num_shared_experts", _model_paths("n_shared_experts", "shared_expert_num")),
+    ("mtp_depth", _model_paths("num_nextn_predict_layers", "mtp_num_layers")),
+    ("moe_aux_loss_coeff", _model_paths("moe_aux_loss_coeff", "router_aux_loss_coef")),
     ("vocab_size", ("model.model_config.vocab_size", "model.vocab_size")),
     ("compute_dtype", ("model.model_config.compute_dtype", "model.compute_dtype")),
     ("data_parallel", ("parallel_config.data_parallel", "parallelism.data_parallel_shard")),
@@ -58,10 +77,19 @@ _FROM_YAML = (
     ("use_parallel", ("use_parallel",)),
     ("seed", ("seed", "training.seed")),
 )
-_FROM_RUN = ("experiment", "batch_size", "global_batch_size", "parameters", "world_size")
+_FROM_RUN = (
+    "experiment",
+    "batch_size",
+    "global_batch_size",
+    "parameters",
+    "world_size",
+    "router",
+    "data_parallel_replicas",
+    "model_flops_per_step",
+)
 HPARAM_NAMES = tuple(sorted([name for name, _ in _FROM_YAML] + list(_FROM_RUN)))
 # Declared column types let the dashboard sort and filter; every other column is a number.
-_STRING_HPARAMS = {"experiment", "lr_schedule", "optimizer", "model_type", "compute_dtype"}
+_STRING_HPARAMS = {"experiment", "lr_schedule", "optimizer", "model_type", "compute_dtype", "router"}
 _BOOL_HPARAMS = {"use_parallel"}
 
 
@@ -86,10 +114,16 @@ def hparam_values(
     experiment: str,
     parameters: int | None,
     epochs: int | None,
+    model_values: Mapping[str, Any] | None = None,
 ) -> dict[str, bool | int | float | str]:
     """The run's hyperparameters: from the YAML when MindFormers runs it, else what the callback
-    parameters tell (plain MindSpore)."""
-    values: dict[str, Any] = {"experiment": experiment, "world_size": topology.world_size}
+    parameters tell (plain MindSpore); ``model_values`` (what the live model says: layer and expert
+    counts, model FLOPs) win over the YAML's."""
+    values: dict[str, Any] = {
+        "experiment": experiment,
+        "world_size": topology.world_size,
+        "data_parallel_replicas": topology.data_parallel,
+    }
     if facts.samples_per_step:
         values["batch_size"] = int(facts.samples_per_step) // max(topology.data_parallel_factor, 1)
     if facts.tokens_per_sample:
@@ -111,6 +145,7 @@ def hparam_values(
             optimizer_lr = running_config.get_path(config.config, "optimizer.learning_rate")
             if optimizer_lr is not None and not isinstance(optimizer_lr, Mapping):
                 values["learning_rate"] = optimizer_lr
+    values.update(model_values or {})
     accumulation = values.get("gradient_accumulation_steps") or 1
     if config is not None and config.global_batch_size:
         values["global_batch_size"] = config.global_batch_size
@@ -210,7 +245,13 @@ def parameter_table(cells: list[CellInfo], depth: int = 2) -> str:
 
 
 # -- entry points for TensorBoardMonitor ----------------------------------------------------------
-def write_run_start(writer: RunWriter, start: TrainStart, experiment: str, options: RunInfoOptions) -> None:
+def write_run_start(
+    writer: RunWriter,
+    start: TrainStart,
+    experiment: str,
+    options: RunInfoOptions,
+    model_values: Mapping[str, Any] | None = None,
+) -> None:
     """Queue what describes the run. Call on the writing rank, at train begin."""
     step = start.facts.initial_global_step
     cells = describe_cells(unwrap_model(start.network)) if start.network is not None else []
@@ -222,7 +263,7 @@ def write_run_start(writer: RunWriter, start: TrainStart, experiment: str, optio
     if options.hparams:
         facts = start.facts
         parameters = cells[0].total if cells else sum(int(p.size) for p in facts.trainable_params) or None
-        values = hparam_values(start.config, facts, start.topology, experiment, parameters, start.epochs)
+        values = hparam_values(start.config, facts, start.topology, experiment, parameters, start.epochs, model_values)
         wall_start = time.time()
         writer.add_built(
             step, lambda s, wall: events.hparams_experiment_event(s, wall, HPARAM_COLUMNS, HPARAM_METRICS, wall_start)

@@ -96,7 +96,8 @@ class MonitorCallback(_Base):  # type: ignore[misc, valid-type]
     # -- what a monitor implements ---------------------------------------------------------------
     def train_started(self, start: TrainStart) -> None: ...
 
-    def step_began(self) -> None: ...
+    def step_began(self, step: int) -> None:
+        """``step``: the global step about to run (counting from 1)."""
 
     def step_ended(self, step: StepEnd) -> None: ...
 
@@ -128,11 +129,15 @@ class MonitorCallback(_Base):  # type: ignore[misc, valid-type]
 
     # -- classic (MindSpore Model.train) ----------------------------------------------------------
     def on_train_step_begin(self, run_context: Any) -> None:
-        self.step_began()
+        self.step_began(self.step_of(run_context))
 
     def on_train_step_end(self, run_context: Any) -> None:
         cb_params = run_context.original_args()
         self.step_ended(StepEnd(self._step_offset + int(cb_params.cur_step_num), cb_params, _classic_outputs))
+
+    def step_of(self, run_context: Any) -> int:
+        """The global step of a classic hook call (from step begin on: MindSpore counts it before)."""
+        return self._step_offset + int(run_context.original_args().cur_step_num)
 
     def on_train_epoch_end(self, run_context: Any) -> None:
         cb_params = run_context.original_args()
@@ -150,7 +155,7 @@ class MonitorCallback(_Base):  # type: ignore[misc, valid-type]
     def on_epoch_begin(self, args: Any, state: Any, **kwargs: Any) -> None: ...
 
     def on_step_begin(self, args: Any, state: Any, **kwargs: Any) -> None:
-        self.step_began()
+        self.step_began(int(state.global_step) + 1)  # global_step counts the finished steps
 
     def on_step_end(self, args: Any, state: Any, **kwargs: Any) -> None:
         self.step_ended(StepEnd(int(state.global_step), kwargs, _pynative_outputs))
@@ -176,9 +181,13 @@ def _classic_outputs(cb_params: Any, step: int) -> Any:
 
 def _classic_start(run_context: Any) -> TrainStart:
     cb_params = run_context.original_args()
-    topology = current_topology()
+    config = running_config.find_running_config()
+    data_parallel = running_config.get_path(config.config, "parallel_config.data_parallel") if config else None
+    topology = current_topology(data_parallel=data_parallel if isinstance(data_parallel, int) else None)
     network = cb_params.get("network")
     facts = read_model_facts(cb_params, topology)
+    if config is not None and config.global_batch_size:  # as the trainer computed it, whatever the layout
+        facts.samples_per_step = float(config.global_batch_size)
     steps_per_epoch, epochs = cb_params.get("batch_num"), cb_params.get("epoch_num")
     final_step = None
     if isinstance(steps_per_epoch, int) and isinstance(epochs, int):  # counted from cur_step_num's zero
@@ -193,7 +202,7 @@ def _classic_start(run_context: Any) -> TrainStart:
         final_step=final_step,
         checkpoint=cb_params.get("latest_ckpt_file"),
         eval_callbacks=cb_params.get("list_callback"),
-        config=running_config.find_running_config(),
+        config=config,
         hook_args=cb_params,
         request_stop=run_context.request_stop,
     )

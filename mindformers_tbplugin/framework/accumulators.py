@@ -1,0 +1,164 @@
+"""Reading an mcore model's per-step accumulators (loss parts, per-expert loads) before MindFormers'
+own callbacks zero them, without changing what training computes.
+
+MindFormers runs MFLossMonitor, TopkBiasBalanceCallback and its other monitors first at every step
+end, whatever the YAML order, and they zero what they read: the loss parts (``parameter_register.clear``),
+``fi_accu`` and ``expert_load``. So :class:`StepEndTap` puts a read in front of the first callback
+the step's callback manager calls (an instance attribute on that one object, removed at train end).
+Some releases or configs never zero an accumulator (no MFLossMonitor; MindFormers 1.7's ``fi_accu``):
+the first logged step finds out, and from then on the value left after the previous step is read at
+step begin and subtracted, so a step's value is always that step's alone.
+
+On CPU ``asnumpy()`` returns a view of the parameter's memory: every read is copied at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mindformers_tbplugin.framework.mcore import LossPart, Router
+from mindformers_tbplugin.log import WarnOnce
+
+STEP_END = "on_train_step_end"
+
+
+@dataclass
+class Captured:
+    """One step's accumulated values."""
+
+    step: int
+    parts: dict[str, float] | None = None  # tag (train/loss_lm, ...) -> contribution to the loss
+    loads: np.ndarray | None = None  # (routers, experts) float64: the step's load per expert
+    bias: np.ndarray | None = None  # (routers, experts) float64 expert bias (NaN rows: no bias), or None
+
+
+class _Family:
+    """Values that are read together (the loss parts, or the routers' loads) and their zeroing."""
+
+    def __init__(self, read: Callable[[], np.ndarray]) -> None:
+        self.read = read
+        self.zeroed: bool | None = None  # do MindFormers' callbacks zero them at every step end?
+        self.baseline: np.ndarray | None = None  # what the previous step left, when they are not zeroed
+
+    def begin(self) -> None:
+        if self.zeroed is not True:
+            self.baseline = self.read()
+
+    def capture(self) -> np.ndarray:
+        raw = self.read()
+        return raw - self.baseline if self.baseline is not None and self.zeroed is not True else raw
+
+    def learn(self) -> None:
+        """After every callback before ours has run at the first captured step."""
+        if self.zeroed is None:
+            self.zeroed = not np.any(self.read())
+            if self.zeroed:
+                self.baseline = None
+
+
+class Accumulators:
+    """The loss parts and router loads of a logged step; ``due(step)`` says which a step needs."""
+
+    def __init__(
+        self,
+        parts: Sequence[LossPart],
+        routers: Sequence[Router],
+        due: Callable[[int], tuple[bool, bool]],
+    ) -> None:
+        self._parts = list(parts)
+        self._factors = np.array([part.factor for part in parts], dtype=np.float64)
+        self._routers = list(routers)
+        self._due = due
+        experts = int(routers[0].load.shape[0]) if routers else 0
+        self._with_bias = any(router.bias is not None for router in routers)
+        self._part_family = _Family(self._read_parts) if parts else None
+        self._load_family = _Family(lambda: self._read_rows("load", experts)) if routers else None
+        self._experts = experts
+        self._captured: Captured | None = None
+        self._learning: list[_Family] = []
+
+    def _read_parts(self) -> np.ndarray:
+        return np.array([float(part.parameter.asnumpy().reshape(-1)[0]) for part in self._parts], dtype=np.float64)
+
+    def _read_rows(self, attribute: str, experts: int) -> np.ndarray:
+        rows = np.full((len(self._routers), experts), np.nan)
+        for index, router in enumerate(self._routers):
+            parameter = getattr(router, attribute)
+            if parameter is not None:
+                rows[index] = parameter.asnumpy()  # copied into the float64 rows
+        return rows
+
+    def _families(self, step: int) -> list[_Family]:
+        parts_due, loads_due = self._due(step)
+        due = [(self._part_family, parts_due), (self._load_family, loads_due)]
+        return [family for family, is_due in due if family is not None and is_due]
+
+    def step_began(self, step: int) -> None:
+        for family in self._families(step):
+            family.begin()
+
+    def capture(self, step: int) -> None:
+        """In front of the step end's first callback."""
+        families = self._families(step)
+        if not families:
+            return
+        captured = Captured(step)
+        if self._part_family in families:
+            contributions = (self._part_family.capture() * self._factors).tolist()
+            captured.parts = {part.tag: value for part, value in zip(self._parts, contributions, strict=True)}
+        if self._load_family in families:
+            captured.loads = self._load_family.capture()
+            captured.bias = self._read_rows("bias", self._experts) if self._with_bias else None
+        self._captured = captured
+        self._learning = [family for family in families if family.zeroed is None]
+
+    def take(self, step: int) -> Captured | None:
+        """At the monitor's own step end (after MindFormers' callbacks): this step's values, if captured."""
+        for family in self._learning:
+            family.learn()
+        self._learning = []
+        captured, self._captured = self._captured, None
+        return captured if captured is not None and captured.step == step else None
+
+
+class StepEndTap:
+    """Calls ``before(run_context)`` ahead of every callback of each step end (classic trainer)."""
+
+    def __init__(self, before: Callable[[Any], None]) -> None:
+        self._before = before
+        self._first: Any = None
+        self._own: Any = None  # an instance attribute the first callback already had, restored at removal
+        self._warn_once = WarnOnce()
+
+    def install(self, callbacks: Any) -> bool:
+        """``callbacks``: MindSpore's ``cb_params.list_callback``, the objects its callback manager
+        calls in that order."""
+        if not isinstance(callbacks, list) or not callbacks:
+            return False
+        first = callbacks[0]
+        original = getattr(first, STEP_END)
+        self._own = vars(first).get(STEP_END)
+
+        def step_end(run_context: Any) -> Any:
+            try:
+                self._before(run_context)
+            except Exception as exc:  # monitoring never stops training
+                self._warn_once("tap", f"TensorBoardMonitor: reading the step's accumulators failed ({exc!r})")
+            return original(run_context)
+
+        setattr(first, STEP_END, step_end)
+        self._first = first
+        return True
+
+    def remove(self) -> None:
+        first, self._first = self._first, None
+        if first is None:
+            return
+        if self._own is not None:
+            setattr(first, STEP_END, self._own)
+        elif STEP_END in vars(first):
+            delattr(first, STEP_END)

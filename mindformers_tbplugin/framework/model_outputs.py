@@ -1,0 +1,101 @@
+"""What the model adds to TensorBoardMonitor's logged steps beyond the train wrapper's outputs: an
+mcore model's loss parts (data metrics) and its routers' per-expert loads, read ahead of MindFormers'
+own callbacks (framework/accumulators.py); the model FLOPs per step; what the live model tells the
+HParams (layer, head and expert counts whatever the YAML spelling)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from mindformers_tbplugin.framework import mcore as mcore_models
+from mindformers_tbplugin.framework.accumulators import Accumulators, StepEndTap
+from mindformers_tbplugin.framework.collectives import device_name
+from mindformers_tbplugin.framework.model_flops import StepFlops, step_flops
+from mindformers_tbplugin.framework.trainers import CLASSIC, TrainStart
+from mindformers_tbplugin.log import logger
+from mindformers_tbplugin.pipeline import model_flops
+from mindformers_tbplugin.pipeline.expert_load import RouterSet
+from mindformers_tbplugin.pipeline.metrics import StepMetrics
+
+# due(step) -> (loss parts due, expert loads due)
+Due = Callable[[int], tuple[bool, bool]]
+
+
+class ModelOutputs:
+    def __init__(self, flops: StepFlops | None, hparams: dict[str, Any], devices: int, peak: float | None) -> None:
+        """``peak``: the device's peak TFLOPS (perf/mfu), or None."""
+        self.flops = flops
+        self.hparams = hparams
+        self.routers: RouterSet | None = None
+        self._devices = devices
+        self._peak = peak
+        self._accumulators: Accumulators | None = None
+        self._parts = 0
+        self._tap: StepEndTap | None = None
+
+    @classmethod
+    def for_training(
+        cls, start: TrainStart, due: Due, read_loads: bool, step_of: Callable[[Any], int], peak: float | str | None
+    ) -> ModelOutputs:
+        """``peak``: TensorBoardMonitor's peak_tflops option."""
+        facts = start.facts
+        mcore = mcore_models.find_mcore_model(start.train_network)
+        batch = (start.config.global_batch_size if start.config else None) or facts.samples_per_step
+        flops = step_flops(mcore, start.network, facts.trainable_params, batch, facts.tokens_per_sample)
+        hparams = mcore_models.model_hparams(mcore) if mcore is not None else {}
+        if flops is not None:
+            hparams["model_flops_per_step"] = flops.flops
+        outputs = cls(flops, hparams, start.topology.world_size, model_flops.peak_tflops(peak, device_name))
+        if mcore is not None:
+            outputs._read_accumulators(start, mcore, due, read_loads, step_of)
+        return outputs
+
+    def _read_accumulators(
+        self, start: TrainStart, mcore: mcore_models.McoreModel, due: Due, read_loads: bool, step_of: Callable
+    ) -> None:
+        parts = mcore_models.loss_parts(mcore)
+        found, routers = mcore_models.routers(mcore) if read_loads else ([], None)
+        if not parts and not found:
+            return  # a dense model: nothing accumulates per step
+        if start.trainer != CLASSIC:
+            logger.warning(
+                "TensorBoardMonitor: this trainer gives callbacks no step end ahead of MindFormers' own monitors, "
+                "which zero the loss parts and expert loads: train/loss_* and moe/ tags are not written"
+            )
+            return
+        accumulators = Accumulators(parts, found, due)
+        tap = StepEndTap(lambda run_context: accumulators.capture(step_of(run_context)))
+        if tap.install(start.eval_callbacks):
+            self._accumulators, self._tap, self.routers, self._parts = accumulators, tap, routers, len(parts)
+
+    def describe(self) -> str:
+        flops = f"model FLOPs per step {self.flops.flops:.4g} ({self.flops.source})" if self.flops else "no model FLOPs"
+        if self._accumulators is None:
+            return flops
+        loads = (
+            f"expert load of {len(self.routers)} MoE layers x {self.routers.experts} experts" if self.routers else ""
+        )
+        return f"{flops}; {self._parts} loss part(s){', ' + loads if loads else ''}"
+
+    def step_began(self, step: int) -> None:
+        if self._accumulators is not None:
+            self._accumulators.step_began(step)
+
+    def add_to(self, step_metrics: StepMetrics, loss_divisor: float, step_time_s: float | None) -> None:
+        """A logged step's loss parts (scaled like the loss), expert loads and model TFLOPS."""
+        captured = self._accumulators.take(step_metrics.step) if self._accumulators is not None else None
+        if captured is not None:
+            if captured.parts:
+                step_metrics.data.update({tag: value / loss_divisor for tag, value in captured.parts.items()})
+            if captured.loads is not None:
+                step_metrics.expert_load = (captured.loads, captured.bias)
+        if self.flops is not None and step_time_s:
+            step_metrics.system.update(
+                model_flops.throughput_tags(step_time_s, self.flops.flops, self._devices, self._peak)
+            )
+
+    def close(self) -> None:
+        if self._tap is not None:
+            self._tap.remove()
+            self._tap = None
