@@ -12,7 +12,8 @@ from conftest import MFTB, REPO, TrainingRun, read_scalars, subprocess_env, trai
 
 # MindSpore must be imported before any protobuf user (tensorboard, tensorboardX protos): its import
 # switches protobuf to the pure-Python implementation, which fails once protobuf is loaded.
-from mindformers_tbplugin.alerts.rules import RULES, Rule
+from mindformers_tbplugin.alerts.rule_catalog import RULES
+from mindformers_tbplugin.alerts.rules import Rule
 from mindformers_tbplugin.callbacks import AlertMonitor
 from mindformers_tbplugin.commands.train import STOPPED_BY_ALERT
 from mindformers_tbplugin.config.schema import params_of

@@ -14,7 +14,8 @@ from dataclasses import replace
 from typing import Any
 
 from mindformers_tbplugin.alerts.record import Alert
-from mindformers_tbplugin.alerts.rules import RULES, Rule, StallRule
+from mindformers_tbplugin.alerts.rule_catalog import RULES
+from mindformers_tbplugin.alerts.rules import Rule, StallRule
 from mindformers_tbplugin.config.schema import (
     ConfigError,
     Param,
@@ -32,6 +33,7 @@ DEFAULT_RULES: tuple[dict[str, Any], ...] = (
     {"rule": "spike"},
     {"rule": "throughput_drop"},
     {"rule": "loss_scale_collapse"},
+    {"rule": "expert_collapse"},
 )
 
 

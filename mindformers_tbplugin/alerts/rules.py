@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import abc
 import math
-from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -39,7 +38,7 @@ def as_tags(tag: str | Sequence[str]) -> tuple[str, ...]:
     return (tag,) if isinstance(tag, str) else tuple(tag)
 
 
-def _num(value: float | None) -> str:
+def number_text(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.6g}"
 
 
@@ -146,8 +145,8 @@ class SpikeRule(Rule):
             bound = median + self.k * scale
             if value > bound:
                 message = (
-                    f"{tag} spiked to {_num(value)} at step {step} (rolling median {_num(median)}, "
-                    f"bound median + {self.k:g} MAD = {_num(bound)})"
+                    f"{tag} spiked to {number_text(value)} at step {step} (rolling median {number_text(median)}, "
+                    f"bound median + {self.k:g} MAD = {number_text(bound)})"
                 )
                 alert = self._fire(tag, step, value, median, message)
         window.add(value)
@@ -193,7 +192,7 @@ class PlateauRule(Rule):
         self._best[tag] = (best[0], step)  # count the next patience from here
         message = (
             f"{tag} has not improved by more than {self.min_delta:g} for {step - best[1]} steps "
-            f"(best {_num(best[0])} at step {best[1]}, now {_num(value)})"
+            f"(best {number_text(best[0])} at step {best[1]}, now {number_text(value)})"
         )
         return self._fire(tag, step, value, best[0], message)
 
@@ -246,7 +245,8 @@ class ThresholdRule(Rule):
         self._run[tag] += 1
         if self._run[tag] < self.for_steps:
             return None
-        return self._fire(tag, step, value, bound, f"{tag} = {_num(value)} at step {step}, {side} {_num(bound)}")
+        message = f"{tag} = {number_text(value)} at step {step}, {side} {number_text(bound)}"
+        return self._fire(tag, step, value, bound, message)
 
 
 class ThroughputDropRule(Rule):
@@ -290,62 +290,14 @@ class ThroughputDropRule(Rule):
                 self._low[tag] += 1
                 if self._low[tag] >= self.for_steps:
                     message = (
-                        f"{tag} = {_num(value)} at step {step}: below {self.keep:.0%} of its rolling median "
-                        f"{_num(median)} for {self._low[tag]} points"
+                        f"{tag} = {number_text(value)} at step {step}: below {self.keep:.0%} of its rolling median "
+                        f"{number_text(median)} for {self._low[tag]} points"
                     )
                     alert = self._fire(tag, step, value, median, message)
             else:
                 self._low[tag] = 0
         window.add(value)
         return alert
-
-
-class LossScaleCollapseRule(Rule):
-    """Repeated overflow, or the loss scale falling below `min_scale`.
-
-    Args:
-        overflow_tag: Tag of the per-step overflow flag (0 or 1).
-        scale_tag: Tag of the loss scale.
-        max_overflows: Overflowed points within `window` points that fire the rule.
-        window: Points over which overflows are counted.
-        min_scale: Fire when the loss scale is below this.
-    """
-
-    name = "loss_scale_collapse"
-    default_severity = "critical"
-
-    def __init__(
-        self,
-        overflow_tag: str = metrics.TRAIN_OVERFLOW,
-        scale_tag: str = metrics.TRAIN_LOSS_SCALE,
-        max_overflows: Annotated[int, Range(min=1)] = 5,
-        window: Annotated[int, Range(min=1)] = 100,
-        min_scale: Annotated[float, Range(min=0)] = 1.0,
-        **common: Any,
-    ) -> None:
-        super().__init__(**common)
-        self._tags = (overflow_tag, scale_tag)
-        self.scale_tag = scale_tag
-        self.max_overflows = max_overflows
-        self.min_scale = min_scale
-        self._recent: deque[bool] = deque(maxlen=window)
-        self._count = 0
-
-    def update(self, tag: str, step: int, value: float) -> Alert | None:
-        if tag == self.scale_tag:
-            if value < self.min_scale:
-                message = f"loss scale {tag} fell to {_num(value)} at step {step} (below {_num(self.min_scale)})"
-                return self._fire(tag, step, value, self.min_scale, message)
-            return None
-        overflowed = not value < 0.5  # NaN counts as an overflow
-        if len(self._recent) == self._recent.maxlen:
-            self._count -= self._recent[0]
-        self._recent.append(overflowed)
-        self._count += overflowed
-        if not overflowed or self._count < self.max_overflows:
-            return None
-        message = f"{self._count} overflowed steps among the last {len(self._recent)} (at step {step})"
-        return self._fire(tag, step, float(self._count), float(self.max_overflows), message)
 
 
 class StallRule(Rule):
@@ -407,17 +359,3 @@ class StallRule(Rule):
             f"(median step interval {median:.3g} s, limit {self.k:g}x)"
         )
         return Alert(self.name, STALL_TAG, self._last_step, silence, median, message, self.severity, self.action)
-
-
-RULES: dict[str, type[Rule]] = {
-    cls.name: cls
-    for cls in (
-        NonFiniteRule,
-        SpikeRule,
-        PlateauRule,
-        ThresholdRule,
-        ThroughputDropRule,
-        LossScaleCollapseRule,
-        StallRule,
-    )
-}

@@ -7,6 +7,7 @@ from typing import Any
 
 from mindformers_tbplugin.alerts import culprits
 from mindformers_tbplugin.alerts.engine import DEFAULT_RULES, AlertEngine, build_rules, parse_rules
+from mindformers_tbplugin.alerts.expert_culprits import ExpertCulprits
 from mindformers_tbplugin.alerts.record import Alert
 from mindformers_tbplugin.alerts.sinks import Dispatcher, build_sinks, parse_sinks
 from mindformers_tbplugin.config.schema import ConfigError, Problem, check_entry, did_you_mean
@@ -30,11 +31,13 @@ class AlertMonitor(MonitorCallback):
     after that step (at most ``aggregate_every`` steps later). The run's ``meta/status`` then reads
     ``stopped by AlertMonitor (<rule> on <tag>) at step N`` and ``mftb train`` exits with status 3.
     With per-layer gradient norms (``runner_wrapper.local_norm``), an alert on a gradient norm names
-    the three groups that stand out most against their own recent median.
+    the three groups that stand out most against their own recent median; an alert on a ``moe/`` tag
+    of a mixture-of-experts model names the MoE layer and its busiest and idle experts.
 
     Args:
         rules: Alert rules, e.g. ``[{rule: nonfinite, action: stop}, {rule: spike, tag: train/loss, k: 6}]``;
-            null: nonfinite, spike, throughput_drop and loss_scale_collapse with their defaults.
+            null: nonfinite, spike, throughput_drop, loss_scale_collapse and expert_collapse with their
+            defaults.
         sinks: Where alerts go: ``log``, ``tensorboard``, ``{jsonl: path}``, ``{command: [argv...]}``,
             ``{webhook: url}``; null: ``[log, tensorboard]``.
     """
@@ -55,6 +58,7 @@ class AlertMonitor(MonitorCallback):
         self._steps_seen = 0
         self._unwritten: set[str] = set()  # tags the rules name that no written step has held yet
         self._culprits = culprits.GradientCulprits()
+        self._experts = ExpertCulprits()
         self._groups_expected = False  # per-layer gradient norms are on: wait for them to name culprits
         self._held: list[Alert] = []  # gradient alerts whose step's group norms are not written yet
         self.fired: list[Alert] = []
@@ -101,6 +105,7 @@ class AlertMonitor(MonitorCallback):
         self._steps_seen = 0
         self._groups_expected = wrapper_computes_local_norms(start.train_network)
         listeners.subscribe(self._on_values)
+        listeners.subscribe_expert_loads(self._experts.remember)
 
     def train_ended(self, failure: str | None) -> None:
         self._finish()
@@ -113,7 +118,7 @@ class AlertMonitor(MonitorCallback):
             self._unwritten.difference_update(values.keys())
         if not self._engine.run:  # TensorBoardMonitor names its run at its own train begin
             self._engine.run = listeners.main_run()
-        fired = self._engine.observe(step, values)
+        fired = [self._experts.annotate(alert) for alert in self._engine.observe(step, values)]
         if not self._groups_expected:
             if fired:
                 self._report(step, fired)
@@ -174,6 +179,7 @@ class AlertMonitor(MonitorCallback):
         if self._engine is None:
             return
         listeners.unsubscribe(self._on_values)
+        listeners.unsubscribe_expert_loads(self._experts.remember)
         for alert in self._held:  # their steps' group norms never came; training is over: no stop
             self.fired.append(alert)
             self._dispatcher.dispatch(alert)
