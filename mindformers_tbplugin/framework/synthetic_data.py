@@ -25,9 +25,18 @@ def synthetic_sequences(num_samples: int, seq_length: int, vocab_size: int, seed
 
 
 def write_mindrecord(
-    path: str | os.PathLike, num_samples: int = 512, seq_length: int = 32, vocab_size: int = 256, seed: int = 0
+    path: str | os.PathLike,
+    num_samples: int = 512,
+    seq_length: int = 32,
+    vocab_size: int = 256,
+    seed: int = 0,
+    labels: bool = False,
 ) -> Path:
-    """Write the dataset to ``path`` (replacing an existing one) and return its absolute path."""
+    """Write the dataset to ``path`` (replacing an existing one) and return its absolute path.
+
+    ``labels``: the columns MindFormers' mcore models (``use_legacy: False``) train on, which do not
+    shift ``input_ids`` themselves: ``input_ids`` and ``labels`` of ``seq_length`` tokens, one apart,
+    and a float32 ``loss_mask`` of ones; else ``input_ids`` of ``seq_length + 1`` (legacy models)."""
     from mindspore.mindrecord import FileWriter
 
     target = Path(path).expanduser().resolve()
@@ -35,8 +44,14 @@ def write_mindrecord(
     for stale in (target, target.with_name(target.name + ".db")):
         stale.unlink(missing_ok=True)
     writer = FileWriter(str(target), shard_num=1, overwrite=True)
-    writer.add_schema({"input_ids": {"type": "int32", "shape": [-1]}}, "synthetic_input_ids")
     rows = synthetic_sequences(num_samples, seq_length, vocab_size, seed)
-    writer.write_raw_data([{"input_ids": row} for row in rows])
+    if labels:
+        columns = {"input_ids": "int32", "labels": "int32", "loss_mask": "float32"}
+        writer.add_schema({name: {"type": kind, "shape": [-1]} for name, kind in columns.items()}, "synthetic_labels")
+        mask = np.ones(seq_length, dtype=np.float32)
+        writer.write_raw_data([{"input_ids": row[:-1], "labels": row[1:], "loss_mask": mask} for row in rows])
+    else:
+        writer.add_schema({"input_ids": {"type": "int32", "shape": [-1]}}, "synthetic_input_ids")
+        writer.write_raw_data([{"input_ids": row} for row in rows])
     writer.commit()
     return target
