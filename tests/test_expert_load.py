@@ -26,6 +26,7 @@ from mindformers_tbplugin.pipeline.expert_records import (
 )
 from mindformers_tbplugin.pipeline.metrics import StepMetrics
 
+
 @pytest.fixture(autouse=True)
 def fresh_listeners(monkeypatch: pytest.MonkeyPatch) -> None:
     """The listener registries and the job-stop state are process-wide: each test starts from none."""
@@ -83,6 +84,10 @@ def test_a_collapse_names_its_layer_busy_and_idle_experts() -> None:
     relative = statistics.relative(np.array([[1, 1, 1, 1], [0.0, 0.01, 0.49, 0.5], [1, 1, 1, 1]], dtype=float))
     text = statistics.describe_collapse(relative, 1)
     assert text == "layers.2: experts 3, 2 took 2.00x, 1.96x the mean load; experts 0, 1 under 10% of it (0.00x, 0.04x)"
+    even = statistics.relative(np.array([[1, 1, 1, 1], [0.5, 0.5, 0.0, 0.0], [1, 1, 1, 1]], dtype=float))
+    assert statistics.describe_collapse(even, 1) == (
+        "layers.2: experts 0, 1 took 2.00x, 2.00x the mean load; experts 2, 3 under 10% of it (0.00x, 0.00x)"
+    )
 
 
 def test_an_alert_on_moe_tags_names_the_layers_with_dead_experts() -> None:
@@ -92,7 +97,7 @@ def test_an_alert_on_moe_tags_names_the_layers_with_dead_experts() -> None:
     culprits.remember(7, relative, statistics)
     alert = Alert("expert_collapse", "moe/dead_experts", 7, 2.0, 1.0, "routing collapse", "warning", "warn")
     assert culprits.annotate(alert).message == (
-        "routing collapse; layers.2: experts 3, 2 took 2.00x, 2.00x the mean load; "
+        "routing collapse; layers.2: experts 2, 3 took 2.00x, 2.00x the mean load; "
         "experts 0, 1 under 10% of it (0.00x, 0.00x)"
     )
     other_step = Alert("expert_collapse", "moe/dead_experts", 8, 2.0, 1.0, "routing collapse", "warning", "warn")

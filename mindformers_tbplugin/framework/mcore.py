@@ -127,9 +127,15 @@ def loss_parts(mcore: McoreModel) -> list[LossPart]:
         registered = set(register.keys())
     except (ImportError, AttributeError):
         return []
+    present = {
+        "lm_loss": True,
+        "mtp_loss": bool(mcore.mtp_depth),
+        "aux_loss": mcore.is_moe,
+        "indexer_loss": _has_indexer_loss(mcore.config),
+    }
     parts = []
     for name, (tag, factor_attribute) in LOSS_PARTS.items():
-        if name not in registered or (name == "indexer_loss" and not _has_indexer_loss(mcore.config)):
+        if name not in registered or not present[name]:  # MindFormers registers every key for every model
             continue
         factor = 1.0
         if factor_attribute is not None:

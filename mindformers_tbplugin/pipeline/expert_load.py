@@ -88,19 +88,20 @@ class LoadStatistics:
         return values
 
     def describe_collapse(self, relative: np.ndarray, group_index: int, top: int = 4) -> str:
-        """``layers.2: experts 3, 1 took 1.9x, 1.7x the mean load; experts 0, 2 under 10% of it (0.00x, 0.04x)``."""
-        row = relative[group_index]
-        order = np.argsort(row)
-        busy = [int(e) for e in order[::-1][:top] if row[e] > 1.0]
-        idle = [int(e) for e in order[:top] if row[e] < self.dead_fraction]
+        """``layers.2: experts 0, 1 took 2.00x, 2.00x the mean load; experts 2, 3 under 10% of it (0.00x, 0.00x)``."""
+        row = relative[group_index].tolist()
+        by_load = sorted(range(len(row)), key=lambda expert: (row[expert], expert))
+        busy = sorted((e for e in by_load[::-1][:top] if row[e] > 1.0), key=lambda expert: (-row[expert], expert))
+        idle = [e for e in by_load[:top] if row[e] < self.dead_fraction]
         parts = []
         if busy:
             loads = ", ".join(f"{row[e]:.2f}x" for e in busy)
-            parts.append(f"expert{'s' if len(busy) > 1 else ''} {', '.join(map(str, busy))} took {loads} the mean load")
+            parts.append(f"{_experts(busy)} took {loads} the mean load")
         if idle:
             loads = ", ".join(f"{row[e]:.2f}x" for e in idle)
-            dead_share = f"{self.dead_fraction:.0%}"
-            parts.append(
-                f"expert{'s' if len(idle) > 1 else ''} {', '.join(map(str, idle))} under {dead_share} of it ({loads})"
-            )
+            parts.append(f"{_experts(idle)} under {self.dead_fraction:.0%} of it ({loads})")
         return f"{self.routers.groups[group_index]}: " + "; ".join(parts)
+
+
+def _experts(indices: list[int]) -> str:
+    return f"expert{'s' if len(indices) > 1 else ''} {', '.join(map(str, indices))}"

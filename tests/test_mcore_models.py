@@ -1,0 +1,317 @@
+"""MindFormers' mcore models (use_legacy: False) trained for real on the CPU: tiny DeepSeek-V3 (MLA,
+MoE with expert-bias routers, multi-token prediction), Qwen3-MoE (gbs_aux_loss routers) and dense
+Qwen3, from the bundled configs/tiny/ files, through `mftb train` and MindFormers' own
+run_mindformer.py (r1.9.0). The Ascend-only kernels these models build run as CPU stand-ins
+(scripts/cpu/mcore_cpu_patch.py: no NPU here); nothing else is replaced. MindFormers' own TensorBoard
+writer runs beside the monitor where its values are the reference (expert_load, FLOPs)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from conftest import HELPERS, MFTB, REPO, read_scalars, run_dirs, subprocess_env
+from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
+from tensorboard.util import tensor_util
+
+from mindformers_tbplugin.pipeline.expert_records import ExpertLayout
+
+pytestmark = pytest.mark.slow
+TRAIN_MCORE = REPO / "scripts" / "cpu" / "train_mcore.py"
+RUN_MINDFORMER = REPO / "tests" / "compat" / "run_mindformer" / "r1.9.0" / "run_mindformer.py"
+# MFLossMonitor's line; mcore MoE/MTP models print their loss parts between loss and per_step_time.
+MF_LINE = re.compile(r"step:\[\s*(\d+)/\s*\d+\], loss:\[([0-9.]+)/")
+MF_FLOPS = re.compile(r"Full model flops calculated: (\d+)")
+PARTS = ("train/loss_lm", "train/loss_mtp", "train/loss_aux", "train/loss_indexer")
+STEPS = 16  # 64 samples, batch 4
+
+
+@pytest.fixture(scope="session")
+def mcore_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("mcore_data") / "mcore_xy.mindrecord"
+    command = [MFTB, "make-data", "--output", str(path), "--num_samples", "256", "--vocab_size", "1000", "--labels"]
+    subprocess.run(command, check=True, env=subprocess_env(), capture_output=True)
+    return path
+
+
+def mcore_config(model: str, folder: Path, data: Path, samples: int = 64, **monitor: object) -> dict:
+    """configs/tiny/<model>_tiny_cpu.yaml with its paths and length changed for a test."""
+    config = yaml.safe_load((REPO / "configs" / "tiny" / f"{model}_tiny_cpu.yaml").read_text())
+    config["output_dir"] = str(folder / "output")
+    config["train_dataset"]["data_loader"]["dataset_dir"] = str(data)
+    config["train_dataset"]["data_loader"]["num_samples"] = samples
+    config["train_dataset_task"]["dataset_config"] = config["train_dataset"]
+    for entry in config["callbacks"]:
+        if entry["type"] == "TensorBoardMonitor":
+            entry.update({"log_dir": str(folder / "tb"), **monitor})
+        if entry["type"] == "AlertMonitor":
+            entry["sinks"] = ["log", {"jsonl": str(folder / "alerts.jsonl")}]
+    return config
+
+
+def train_mcore(config: dict, folder: Path, *args: str, entry: Path | None = None) -> str:
+    """Trains ``config`` through `mftb train` (or ``entry``), with the CPU stand-ins; returns the output."""
+    path = folder / "config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    command = [sys.executable, str(TRAIN_MCORE)] + (["--entry", str(entry)] if entry else [])
+    loads = str(folder / "router_loads.jsonl")
+    env = subprocess_env(PYTHONPATH=str(HELPERS), REGISTER_PATH=str(HELPERS), MFTB_TEST_ROUTER_LOADS=loads)
+    result = subprocess.run(
+        [*command, "--config", str(path), *args], cwd=folder, env=env, capture_output=True, text=True, timeout=900
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-5000:]
+    return output
+
+
+def mf_losses(output: str) -> dict[int, float]:
+    return {int(step): float(loss) for step, loss in MF_LINE.findall(output)}
+
+
+def loads_records(run_dir: Path) -> tuple[ExpertLayout, dict[int, np.ndarray]]:
+    accumulator = EventAccumulator(str(run_dir), size_guidance={TENSORS: 0})
+    accumulator.Reload()
+    events = accumulator.Tensors("moe/load")
+    content = accumulator.PluginTagToContent("moe")["moe/load"]
+    return ExpertLayout.from_content(content), {e.step: tensor_util.make_ndarray(e.tensor_proto) for e in events}
+
+
+def hparams(run_dir: Path) -> dict[str, object]:
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    accumulator = EventAccumulator(str(run_dir))
+    accumulator.Reload()
+    content = accumulator.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    start = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
+    return {
+        name: value.WhichOneof("kind") and getattr(value, value.WhichOneof("kind"))
+        for name, value in start.hparams.items()
+    }
+
+
+def mf_expert_loads(mf_tb: Path) -> dict[str, dict[int, list[float]]]:
+    """MindFormers' own ``expert_load/<router>`` scalars (one sub-run per expert): {router: {step: loads}}."""
+    loads: dict[str, dict[int, list[float]]] = {}
+    for router in sorted((mf_tb / "rank_0" / "expert_load").iterdir()):
+        experts = sorted(router.iterdir(), key=lambda p: int(p.name.split("_")[1]))
+        series = [dict(next(iter(read_scalars(expert).values()))) for expert in experts]
+        loads[router.name] = {step: [s[step] for s in series] for step in series[0]}
+    return loads
+
+
+# -- DeepSeek-V3: MoE with expert bias + MTP ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def deepseek3(tmp_path_factory: pytest.TempPathFactory, mcore_data: Path) -> tuple[Path, str]:
+    folder = tmp_path_factory.mktemp("deepseek3")
+    config = mcore_config("deepseek3", folder, mcore_data)
+    mf_writer = ["--tensorboard.tensorboard_dir", str(folder / "mf_tb"), "--tensorboard.log_timers_to_tensorboard"]
+    output = train_mcore(config, folder, *mf_writer, "True", "--tensorboard.log_expert_load_to_tensorboard", "True")
+    return folder, output
+
+
+def test_deepseek3_loss_parts_add_up_to_the_loss_at_every_step(deepseek3: tuple[Path, str]) -> None:
+    folder, output = deepseek3
+    scalars = read_scalars(run_dirs(folder / "tb")[0])
+    loss = dict(scalars["train/loss"])
+    assert sorted(loss) == list(range(1, STEPS + 1))
+    assert "train/loss_indexer" not in scalars  # no sparse-attention indexer in this model
+    parts = {tag: dict(scalars[tag]) for tag in PARTS[:3]}
+    for step, total in loss.items():
+        assert sum(part[step] for part in parts.values()) == pytest.approx(total, abs=2e-6), step
+    printed = mf_losses(output)
+    assert all(abs(loss[step] - printed[step]) <= 1e-6 for step in loss)
+    # the MTP loss comes already weighted (mtp_loss_factor 0.3), the aux loss is small but not zero
+    assert all(0 < value < 1e-2 for value in parts["train/loss_aux"].values())
+    assert all(value > 1.0 for value in parts["train/loss_mtp"].values())
+
+
+def test_deepseek3_max_violation_equals_mindformers_own_expert_load(deepseek3: tuple[Path, str]) -> None:
+    folder, _ = deepseek3
+    run_dir = run_dirs(folder / "tb")[0]
+    scalars = read_scalars(run_dir)
+    mf_loads = mf_expert_loads(folder / "mf_tb")
+    ours = {"decoder.layers.1.mlp.router": "layers.1", "decoder.layers.2.mlp.router": "layers.2"}
+    ours["mtp.layers.0.transformer_layer.mlp.router"] = "mtp.layers.0"
+    assert sorted(mf_loads) == sorted(ours)
+    layout, records = loads_records(run_dir)
+    assert layout.groups == ("layers.1", "layers.2", "mtp.layers.0") and layout.channels == ("load", "bias")
+    assert sorted(records) == list(range(1, STEPS + 1))
+    for router, group in ours.items():
+        violation = dict(scalars[f"moe/{group}/max_violation"])
+        assert sorted(violation) == sorted(mf_loads[router]) == list(range(1, STEPS + 1))
+        for step, loads in mf_loads[router].items():
+            expected = max(loads) / np.mean(loads) - 1
+            assert violation[step] == pytest.approx(expected, abs=1e-6), (group, step)
+            row = records[step][0, layout.groups.index(group)].astype(np.float64)
+            np.testing.assert_allclose(row, np.array(loads) / np.mean(loads), rtol=2e-3)
+    assert {dict(scalars["moe/dead_experts"])[step] for step in range(1, STEPS + 1)} == {0.0}
+    assert "moe/layers.1/bias_range" in scalars
+
+
+def test_deepseek3_model_flops_are_mindformers_own(deepseek3: tuple[Path, str]) -> None:
+    folder, output = deepseek3
+    run_dir = run_dirs(folder / "tb")[0]
+    (mf_flops,) = {int(value) for value in MF_FLOPS.findall(output)}
+    assert hparams(run_dir)["model_flops_per_step"] == mf_flops  # 2.308e8 at global batch 4
+    scalars = read_scalars(run_dir)
+    tflops, step_ms = dict(scalars["perf/model_tflops_per_device"]), dict(scalars["perf/step_time_ms"])
+    for step in range(2, STEPS + 1):  # TFLOPS x step time = FLOPs per step on the one device
+        assert tflops[step] * 1e12 * step_ms[step] / 1e3 == pytest.approx(mf_flops, rel=1e-4)
+    # MindFormers' model-flops-throughput-per-npu over its own step time (whole ms): the same FLOPs
+    mf_run = read_scalars(folder / "mf_tb" / "rank_0")
+    mf_tflops, mf_ms = dict(mf_run["model-flops-throughput-per-npu"]), dict(mf_run["iteration-time"])
+    for step in range(2, STEPS + 1):
+        assert mf_tflops[step] * 1e12 * mf_ms[step] / 1e3 == pytest.approx(mf_flops, rel=0.03)
+    assert "perf/mfu" not in scalars  # peak_tflops: auto finds no peak on a CPU
+
+
+def test_deepseek3_hparams_name_its_layers_experts_and_mtp(deepseek3: tuple[Path, str]) -> None:
+    folder, _ = deepseek3
+    values = hparams(run_dirs(folder / "tb")[0])
+    assert values["num_layers"] == 3 and values["num_heads"] == 4 and values["hidden_size"] == 64
+    assert values["num_experts"] == 4 and values["moe_top_k"] == 2 and values["num_shared_experts"] == 1
+    assert values["mtp_depth"] == 1 and values["moe_aux_loss_coeff"] == pytest.approx(1e-4)
+    assert values["router"] == "sigmoid + expert bias, seq_aux_loss"
+
+
+def test_a_healthy_deepseek3_run_raises_no_routing_alert(deepseek3: tuple[Path, str]) -> None:
+    folder, output = deepseek3
+    assert "expert_collapse" in output  # the default rules watch the routing ...
+    assert not (folder / "alerts.jsonl").exists()  # ... and stay quiet on a healthy run
+
+
+def test_mflossmonitor_prints_the_same_losses_without_the_monitor(
+    deepseek3: tuple[Path, str], tmp_path: Path, mcore_data: Path
+) -> None:
+    """The monitor reads the accumulators ahead of MindFormers' callbacks and changes nothing."""
+    _, with_monitor = deepseek3
+    config = mcore_config("deepseek3", tmp_path, mcore_data)
+    config["callbacks"] = [
+        entry for entry in config["callbacks"] if entry["type"] not in ("TensorBoardMonitor", "AlertMonitor")
+    ]
+    mf_writer = ["--tensorboard.tensorboard_dir", str(tmp_path / "mf_tb"), "--tensorboard.log_timers_to_tensorboard"]
+    without = train_mcore(config, tmp_path, *mf_writer, "True", "--tensorboard.log_expert_load_to_tensorboard", "True")
+    assert mf_losses(without) == mf_losses(with_monitor)
+    assert len(mf_losses(without)) == STEPS
+    assert mf_expert_loads(tmp_path / "mf_tb") == mf_expert_loads(deepseek3[0] / "mf_tb")
+
+
+def test_a_routing_collapse_is_named_by_layer_and_experts(tmp_path: Path, mcore_data: Path) -> None:
+    """From step 6 layer 2's expert bias sends every token to experts 0 and 1 (group-limited routing)."""
+    config = mcore_config("deepseek3", tmp_path, mcore_data, samples=40)
+    collapse = {"type": "CollapseLayer", "auto_register": "router_hooks.CollapseLayer", "step": 6, "layer": 2}
+    config["callbacks"].insert(0, {**collapse, "bias": [1.0, 1.0, -1.0, -1.0]})
+    train_mcore(config, tmp_path)
+    scalars = read_scalars(run_dirs(tmp_path / "tb")[0])
+    dead = dict(scalars["moe/layers.2/dead_experts"])
+    assert [dead[step] for step in range(1, 6)] == [0.0] * 5 and [dead[step] for step in range(6, 11)] == [2.0] * 5
+    assert dict(scalars["moe/layers.2/max_violation"])[6] == pytest.approx(1.0)  # experts / top-k - 1: the bound
+    (alert,) = [json.loads(line) for line in (tmp_path / "alerts.jsonl").read_text().splitlines()]
+    assert alert["rule"] == "expert_collapse" and alert["tag"] == "moe/dead_experts" and alert["step"] == 8
+    assert "layers.2: experts 0, 1 took 2.00x, 2.00x the mean load; experts 2, 3 under 10% of it" in alert["message"]
+
+
+# -- Qwen3-MoE: gbs_aux_loss routers ----------------------------------------------------------------------
+def test_qwen3_moe_parts_and_loads_from_its_aux_loss_routers(tmp_path: Path, mcore_data: Path) -> None:
+    config = mcore_config("qwen3_moe", tmp_path, mcore_data)
+    config["callbacks"].append({"type": "RouterProbe", "auto_register": "router_hooks.RouterProbe"})
+    output = train_mcore(config, tmp_path)
+    run_dir = run_dirs(tmp_path / "tb")[0]
+    scalars = read_scalars(run_dir)
+    loss, lm, aux = (dict(scalars[tag]) for tag in ("train/loss", "train/loss_lm", "train/loss_aux"))
+    assert "train/loss_mtp" not in scalars  # no multi-token prediction in this model
+    for step in range(1, STEPS + 1):
+        assert lm[step] + aux[step] == pytest.approx(loss[step], abs=2e-6)
+        assert loss[step] == pytest.approx(mf_losses(output)[step], abs=1e-6)
+    probed = [json.loads(line) for line in (tmp_path / "router_loads.jsonl").read_text().splitlines()]
+    assert [record["step"] for record in probed] == list(range(1, STEPS + 1))
+    layout, records = loads_records(run_dir)
+    assert layout.groups == ("layers.0", "layers.1") and layout.channels == ("load",)
+    assert layout.routers == ("aux_loss", "aux_loss")
+    for record in probed:  # fi_accu, zeroed by MFLossMonitor at every step end
+        for name, loads in record["loads"].items():
+            group = "layers." + name.split(".layers.")[1].split(".")[0]
+            expected = max(loads) / np.mean(loads) - 1
+            assert dict(scalars[f"moe/{group}/max_violation"])[record["step"]] == pytest.approx(expected, abs=1e-6)
+            row = records[record["step"]][0, layout.groups.index(group)].astype(np.float64)
+            np.testing.assert_allclose(row, np.array(loads) / np.mean(loads), rtol=2e-3)
+    assert not any(tag.endswith("bias_range") for tag in scalars)
+    values = hparams(run_dir)
+    assert values["router"] == "softmax, gbs_aux_loss" and values["num_experts"] == 4 and values["moe_top_k"] == 2
+
+
+# -- Qwen3 dense ----------------------------------------------------------------------------------------------
+def test_a_dense_qwen3_writes_no_moe_tags_and_no_running_sums(tmp_path: Path, mcore_data: Path) -> None:
+    config = mcore_config("qwen3", tmp_path, mcore_data)
+    output = train_mcore(config, tmp_path)
+    run_dir = run_dirs(tmp_path / "tb")[0]
+    scalars = read_scalars(run_dir)
+    assert not [tag for tag in scalars if tag.startswith("moe/")]
+    assert not [tag for tag in PARTS if tag in scalars]  # lm_loss is a running sum in a dense model
+    (mf_flops,) = {int(value) for value in MF_FLOPS.findall(output)}
+    values = hparams(run_dir)
+    assert values["model_flops_per_step"] == mf_flops
+    assert values["num_layers"] == 2 and values["num_heads"] == 4
+    assert "num_experts" not in values and "mtp_depth" not in values
+
+
+# -- MindFormers' own entry ---------------------------------------------------------------------------------
+def test_run_mindformer_trains_deepseek3_with_the_same_tags(tmp_path: Path, mcore_data: Path) -> None:
+    config = mcore_config("deepseek3", tmp_path, mcore_data, samples=24)
+    output = train_mcore(config, tmp_path, entry=RUN_MINDFORMER)
+    scalars = read_scalars(run_dirs(tmp_path / "tb")[0])
+    loss = dict(scalars["train/loss"])
+    assert sorted(loss) == list(range(1, 7)) and loss == pytest.approx(mf_losses(output), abs=1e-6)
+    for step, total in loss.items():
+        assert sum(dict(scalars[tag])[step] for tag in PARTS[:3]) == pytest.approx(total, abs=2e-6)
+    for group in ("layers.1", "layers.2", "mtp.layers.0"):
+        assert len(scalars[f"moe/{group}/max_violation"]) == 6
+
+
+# -- Qwen3-MoE on 2 data-parallel ranks under msrun ------------------------------------------------------
+def test_qwen3_moe_under_msrun_averages_parts_and_loads_over_the_ranks(tmp_path: Path, mcore_data: Path) -> None:
+    """Each rank routes its own batch: the main run holds the mean of the ranks' loss parts and of their
+    loads (rank_policy: all keeps each rank's own in its rank run, records included)."""
+    from mindformers_tbplugin.viewer.tensorboard_server import any_free_port
+
+    config = mcore_config("qwen3_moe", tmp_path, mcore_data, samples=32, aggregate_every=4, rank_policy="all")
+    del config["callbacks"][-2]["log_dir"]  # the launcher's folder: <output_dir>/tensorboard
+    config.update(use_parallel=True)
+    config["parallel_config"]["data_parallel"] = 2
+    config["parallel"]["gradients_mean"] = True
+    path = tmp_path / "dp2.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    output = tmp_path / "out"
+    launch = [MFTB, "launch", "--config", str(path), "--worker_num", "2", "--master_port", str(any_free_port())]
+    launch += ["--output_dir", str(output), "--entry", str(TRAIN_MCORE)]
+    result = subprocess.run(launch, cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=900)
+    logs = [(output / "msrun_log" / "0" / f"worker_{rank}.log").read_text(errors="replace") for rank in (0, 1)]
+    assert result.returncode == 0, result.stderr[-3000:] + logs[0][-3000:]
+    (run_dir,) = run_dirs(output / "tensorboard")
+    main = read_scalars(run_dir)
+    own = [read_scalars(run_dir / f"rank_{rank}") for rank in (0, 1)]
+    printed = [mf_losses(log) for log in logs]
+    loss, lm, aux = (dict(main[tag]) for tag in ("train/loss", "train/loss_lm", "train/loss_aux"))
+    assert sorted(loss) == list(range(1, 9))
+    for step in loss:
+        assert loss[step] == pytest.approx((printed[0][step] + printed[1][step]) / 2, abs=1e-5)
+        assert lm[step] + aux[step] == pytest.approx(loss[step], abs=2e-6)
+        mean_lm = (dict(own[0]["train/loss_lm"])[step] + dict(own[1]["train/loss_lm"])[step]) / 2
+        assert lm[step] == pytest.approx(mean_lm, abs=1e-5)
+    assert dict(own[0]["train/loss_lm"]) != dict(own[1]["train/loss_lm"])  # the ranks' batches differ
+    layout, records = loads_records(run_dir)
+    rank_records = [loads_records(run_dir / f"rank_{rank}")[1] for rank in (0, 1)]
+    assert sorted(records) == sorted(rank_records[0]) == list(range(1, 9))
+    for step, record in records.items():
+        mean = (rank_records[0][step].astype(np.float64) + rank_records[1][step].astype(np.float64)) / 2
+        np.testing.assert_allclose(record.astype(np.float64), mean, rtol=2e-3)
+        for row, group in enumerate(layout.groups):
+            expected = float(record[0, row].astype(np.float64).max()) - 1
+            assert dict(main[f"moe/{group}/max_violation"])[step] == pytest.approx(expected, abs=2e-3)
+    assert not np.array_equal(rank_records[0][8], rank_records[1][8])
