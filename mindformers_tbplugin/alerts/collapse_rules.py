@@ -79,7 +79,7 @@ class ExpertCollapseRule(Rule):
     def __init__(
         self,
         dead_experts: Annotated[int, Range(min=1)] = 1,
-        max_violation: Annotated[float, Range(min=0)] | None = None,
+        max_violation: Annotated[float | None, Range(min=0)] = None,
         for_reads: Annotated[int, Range(min=1)] = 3,
         **common: Any,
     ) -> None:

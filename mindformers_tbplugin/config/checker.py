@@ -141,23 +141,35 @@ class _Checker:
                 else:
                     self.report.entries_checked += 1
                     foreign.append((where, entry))
-        self.warn_builtin_writer()
+        monitor = self.monitor_at()
+        if monitor is not None:
+            self.warn_builtin_writers(monitor)
+            self.note_loss_parts()
         if foreign:
             self.check_foreign(foreign)
 
-    def warn_builtin_writer(self) -> None:
-        """MindFormers' own tensorboard: section writing besides one of our monitors: both cost."""
-        folder = replacements.builtin_writer_dir(self.document)
+    def monitor_at(self) -> str | None:
+        """The path of the first TensorBoardMonitor (or subclass) in callbacks:, if any."""
         entries = self.document.get("callbacks")
-        if folder is None or not isinstance(entries, list):
-            return
-        for index, entry in enumerate(entries):
+        for index, entry in enumerate(entries if isinstance(entries, list) else []):
             name = entry.get("type") if isinstance(entry, dict) else None
             cls = self.ours.get(name) if isinstance(name, str) else None
             if cls is not None and MONITOR_CLASS in {c.__name__ for c in cls.__mro__}:
-                message = replacements.builtin_writer_message(folder, f"callbacks[{index}]")
-                self.warn(replacements.BUILTIN_SECTION, message)
-                return
+                return f"callbacks[{index}]"
+        return None
+
+    def warn_builtin_writers(self, monitor: str) -> None:
+        """MindFormers' own TensorBoard writer on besides our monitor at ``monitor``: both write, both cost."""
+        for section in replacements.WRITER_SECTIONS:
+            folder = replacements.writer_dir(self.document, section)
+            if folder is not None:
+                self.warn(section.path, replacements.writer_message(section, folder, monitor))
+
+    def note_loss_parts(self) -> None:
+        """An mcore config whose print_separate_loss turns off the loss parts our monitor would write."""
+        fate = replacements.loss_parts_fate(self.document)
+        if fate is not None and fate[0] == "notes":
+            self.note(replacements.LOSS_PARTS_KEY, fate[1])
 
     def check_ours(self, where: str, cls: type, entry: dict) -> None:
         params = {p.name: p for p in params_of(cls)}
@@ -314,7 +326,8 @@ def model_parameter_count(document: dict) -> float:
     config = model.get("model_config") if isinstance(model, dict) else None
     if not isinstance(config, dict):
         return 0.0
-    hidden, layers, vocab = (config.get(k) for k in ("hidden_size", "num_layers", "vocab_size"))
+    layers = config.get("num_layers", config.get("num_hidden_layers"))  # legacy, mcore spelling
+    hidden, vocab = config.get("hidden_size"), config.get("vocab_size")
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (hidden, layers, vocab)):
         return 0.0
     return 12.0 * layers * hidden * hidden + 2.0 * vocab * hidden
