@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import MFTB, REPO, subprocess_env
 
 from mindformers_tbplugin.callbacks.catalog import our_callbacks
@@ -26,7 +27,11 @@ from mindformers_tbplugin.config.checker import check_file
 from mindformers_tbplugin.config.schema import params_of
 
 BUNDLED = sorted((REPO / "configs").glob("*/*.yaml"))
-QWEN3 = Path(__file__).resolve().parent / "migrate_configs" / "finetune_qwen3_tensorboard.yaml"
+MIGRATE_CONFIGS = Path(__file__).resolve().parent / "migrate_configs"
+QWEN3 = MIGRATE_CONFIGS / "finetune_qwen3_tensorboard.yaml"
+# MindFormers master's, unchanged: a PyNative trainer config (monitor.tensorboard) and an mcore MoE config.
+PYNATIVE = MIGRATE_CONFIGS / "pynative_train_config_master.yaml"
+QWEN3_MOE = MIGRATE_CONFIGS / "pretrain_qwen3_moe_master.yaml"
 # The section as MindFormers' documentation shows it.
 SECTION = (
     "tensorboard:\n"
@@ -163,7 +168,7 @@ def test_mindformers_finetune_config_diff_and_listing(tmp_path: Path) -> None:
         "mapped: tensorboard.tensorboard_dir (line 169): -> log_dir: 'worker/tensorboard' (runs in "
         "worker/tensorboard/<experiment>_<timestamp>/: one for the job, not per rank)",
         "mapped: tensorboard.log_timers_to_tensorboard (line 172): -> always written: perf/step_time_ms, "
-        "perf/samples_per_s and perf/tokens_per_s (its B-samples-per-day has no equivalent)",
+        "perf/samples_per_s and perf/tokens_per_s (its B-samples-per-day is perf/samples_per_s x 86400 / 1e9)",
         "no equivalent: tensorboard.tensorboard_queue_size (line 170): tensorboardX's write-out threshold",
         "no equivalent: monitor_config.local_loss_format (line 156): the local loss of each micro batch: not "
         "written by TensorBoardMonitor; without the tensorboard: section MindFormers logs it instead",
@@ -187,6 +192,161 @@ def test_weight_state_format_becomes_param_norm_every(tmp_path: Path) -> None:
     )
 
 
+# -- MindFormers master: the PyNative trainer's monitor.tensorboard, and the loss parts -----------------
+PYNATIVE_SECTION = [
+    "  tensorboard:\n",
+    "    # TensorBoard configuration\n",
+    "    output_dir: ''       # directory to store TensorBoard logs\n",
+    "    log_interval: 1      # logging interval (in steps)\n",
+    "    queue_size: 1000     # maximum size of the TensorBoard event queue\n",
+    "\n",
+]
+
+
+def test_master_pynative_section_without_output_dir_is_removed(tmp_path: Path) -> None:
+    out = tmp_path / "out.yaml"
+    result = migrate(PYNATIVE, "-o", out)
+    assert result.returncode == 0, result.stderr
+    assert changed_lines(PYNATIVE.read_text(), out.read_text()) == (PYNATIVE_SECTION, [])
+    assert "  monitor.tensorboard (line 86): removed; it wrote nothing (output_dir empty or missing)\n" in result.stdout
+
+
+def test_master_pynative_section_becomes_a_monitor(tmp_path: Path) -> None:
+    source, out = tmp_path / "pynative.yaml", tmp_path / "out.yaml"
+    source.write_text(PYNATIVE.read_text().replace("output_dir: ''  ", "output_dir: './tb'"))
+    result = migrate(source, "-o", out)
+    assert result.returncode == 0, result.stderr
+    added = [
+        "  - type: TensorBoardMonitor  # replaces the monitor.tensorboard section\n",
+        "    log_dir: './tb'\n",
+        "    log_every: 1\n",
+    ]
+    removed = [line.replace("output_dir: ''  ", "output_dir: './tb'") for line in PYNATIVE_SECTION]
+    assert changed_lines(source.read_text(), out.read_text()) == (removed, added)
+    # After the list's last entry; monitor: keeps health_checkpoint and train_state.
+    assert f"    param: 1\n{''.join(added)}\ncontext:\n" in out.read_text()
+    assert "\nmonitor:\n  health_checkpoint:" in out.read_text()
+    for expected in [
+        "monitor.tensorboard (line 86): removed: MindFormers' PyNative writer (tensorboardX, from the last rank)",
+        "callbacks (line 92): TensorBoardMonitor added at callbacks[2], in place of the section",
+        "mapped: monitor.tensorboard.output_dir (line 88): -> log_dir: './tb' (runs in ./tb/<experiment>_<timestamp>/: "
+        "a run folder per training)",
+        "mapped: monitor.tensorboard.log_interval (line 89): -> log_every: 1",
+        "no equivalent: monitor.tensorboard.queue_size (line 90): tensorboardX's write-out threshold",
+    ]:
+        assert f"  {expected}" in result.stdout, result.stdout
+
+
+OLD_NAMES = """\
+training:
+  steps: 10
+
+# monitoring
+monitor:
+  # TensorBoard
+  tensorboard:
+    tensorboard_dir: /tmp/tb   # MindFormers 2.0
+    tensorboard_log_interval: 4
+    tensorboard_queue_size: 100
+    output_dir: ""
+
+callbacks:
+  - type: TensorBoardMonitor
+"""
+
+
+@pytest.mark.parametrize("monitor", [False, True], ids=["added", "already there"])
+def test_mindformers_2_0_names_and_a_monitor_holding_only_the_section(tmp_path: Path, monitor: bool) -> None:
+    source = tmp_path / "old_names.yaml"
+    source.write_text(OLD_NAMES if monitor else OLD_NAMES.replace("  - type: TensorBoardMonitor\n", "  - type: X\n"))
+    result = migrate(source, "--in-place")
+    assert result.returncode == 0, result.stderr
+    entry = (
+        "  - type: TensorBoardMonitor\n"
+        if monitor
+        else (
+            "  - type: X\n  - type: TensorBoardMonitor  # replaces the monitor.tensorboard section\n"
+            "    log_dir: /tmp/tb\n    log_every: 4\n    aggregate_every: 12\n"
+        )
+    )
+    assert source.read_text() == f"training:\n  steps: 10\n\ncallbacks:\n{entry}"  # monitor: held nothing else
+    renamed = "MindFormers 2.0's name of {}, which nothing wrote from"
+    expected = [
+        "monitor.tensorboard (line 7): removed (and monitor:, which held nothing else): MindFormers' PyNative writer",
+        f"no equivalent: monitor.tensorboard.tensorboard_queue_size (line 10): tensorboardX's write-out threshold; "
+        f"TensorBoardMonitor's writer thread never holds up a step and writes out every flush_secs (5 s) "
+        f"(tensorboard_queue_size: {renamed.format('queue_size')})",
+    ]
+    if monitor:
+        expected.append(
+            "no equivalent: monitor.tensorboard.tensorboard_dir (line 8): not carried: callbacks[0] is a "
+            "TensorBoardMonitor; add log_dir: /tmp/tb to it to keep this"
+        )
+    else:
+        expected += [
+            "mapped: monitor.tensorboard.tensorboard_dir (line 8): -> log_dir: /tmp/tb (runs in "
+            "/tmp/tb/<experiment>_<timestamp>/: a run folder per training) "
+            f"(tensorboard_dir: {renamed.format('output_dir')})",
+            "mapped: monitor.tensorboard.tensorboard_log_interval (line 9): -> log_every: 4 "
+            f"(tensorboard_log_interval: {renamed.format('log_interval')})",
+            "no equivalent: monitor.tensorboard.output_dir (line 11): not carried: log_dir is /tmp/tb, from "
+            "tensorboard_dir",
+        ]
+    for line in expected:
+        assert f"  {line}" in result.stdout, result.stdout
+
+
+MOE_SECTION = "tensorboard:\n  tensorboard_dir: 'worker/tensorboard'\n  log_expert_load_to_tensorboard: True\n\n"
+LOSS_PARTS = "train/loss_lm, train/loss_mtp, train/loss_aux and train/loss_indexer"
+
+
+@pytest.mark.parametrize(
+    ("top_level", "expected"),
+    [
+        (
+            "use_legacy: False\nprint_separate_loss: True\n",
+            f"mapped: print_separate_loss (line 16): -> {LOSS_PARTS}: MindFormers' lm-loss, mtp-loss, "
+            "load-balancing-loss and indexer-loss, each as its contribution to train/loss",
+        ),
+        (
+            "use_legacy: False\nprint_separate_loss: False\n",
+            "note: print_separate_loss (line 16): kept as written: False turns off MindFormers' loss-part "
+            "accumulation (its train wrapper registers the lm_loss, mtp_loss, aux_loss and indexer_loss "
+            f"accumulators only while it is True, its default), so TensorBoardMonitor cannot write {LOSS_PARTS}; "
+            "remove it or set it to True to have them",
+        ),
+        (
+            "use_legacy: True\nprint_separate_loss: True\n",
+            "no equivalent: print_separate_loss (line 16): legacy models (use_legacy not False) have no loss parts; "
+            "MindFormers ignores it",
+        ),
+        ("use_legacy: False\n\n", None),  # a blank line in its place keeps the line numbers
+    ],
+    ids=["on", "off", "legacy", "absent"],
+)
+def test_master_moe_config_loss_parts_and_expert_load(tmp_path: Path, top_level: str, expected: str | None) -> None:
+    text = QWEN3_MOE.read_text()
+    assert text.count("\n# callbacks\ncallbacks:\n") == 1
+    text = text.replace("\n# callbacks\ncallbacks:\n", f"\n{MOE_SECTION}# callbacks\ncallbacks:\n")
+    source, out = tmp_path / "moe.yaml", tmp_path / "out.yaml"
+    source.write_text(text.replace("use_legacy: False\nprint_separate_loss: True\n", top_level))
+    result = migrate(source, "-o", out)
+    assert result.returncode == 0, result.stderr
+    # print_separate_loss stays as written, whatever it says: only the section and the new entry change.
+    assert changed_lines(source.read_text(), out.read_text()) == (
+        MOE_SECTION.splitlines(keepends=True),
+        ["  - type: TensorBoardMonitor  # replaces the tensorboard: section\n", "    log_dir: 'worker/tensorboard'\n"],
+    )
+    assert (
+        "  mapped: tensorboard.log_expert_load_to_tensorboard (line 198): -> always written in MoE models, every "
+        "moe_every steps (default 10; 0 turns it off): moe/load, the moe dashboard's layer x expert load (for "
+        "expert_load/<router>'s ep_<i> runs), and per layer moe/<layer>/max_violation, min_load, dead_experts "
+        "and bias_range\n"
+    ) in result.stdout
+    lines = [line for line in result.stdout.splitlines() if "print_separate_loss" in line]
+    assert lines == ([f"  {expected}"] if expected else []), result.stdout
+
+
 @pytest.mark.slow
 def test_the_results_pass_mftb_validate(tmp_path: Path) -> None:
     """`mftb validate` warns about the section beside a monitor; every migrated file is valid."""
@@ -194,6 +354,8 @@ def test_the_results_pass_mftb_validate(tmp_path: Path) -> None:
     for config in BUNDLED:
         sources.append(tmp_path / f"with_section_{config.name}")
         sources[-1].write_text(with_section(config.read_text()))
+    sources.append(tmp_path / "moe.yaml")
+    sources[-1].write_text(QWEN3_MOE.read_text().replace("\n# callbacks\n", f"\n{MOE_SECTION}# callbacks\n"))
     result = subprocess.run([MFTB, "validate", str(sources[1])], env=subprocess_env(), capture_output=True, text=True)
     assert result.returncode == 0 and "warning: tensorboard (line " in result.stdout, result.stdout
     outputs = []
@@ -348,8 +510,8 @@ def test_a_section_that_wrote_nothing_is_removed_without_a_monitor(tmp_path: Pat
         (
             b"callbacks:\n  - type: MFLossMonitor\n",
             [],
-            "{config}: nothing to migrate: no tensorboard: section, no type: TensorBoard entry and no "
-            "SummaryCollector entry (summary_collector:, type: SummaryCollector or SummaryMonitor)",
+            "{config}: nothing to migrate: no tensorboard: or monitor.tensorboard section, no type: TensorBoard "
+            "entry and no SummaryCollector entry (summary_collector:, type: SummaryCollector or SummaryMonitor)",
         ),
         (SECTION.encode(), ["-o", "{out}", "--in-place"], "give either -o OUT or --in-place, not both"),
         (
@@ -399,6 +561,62 @@ def test_the_tables_agree_with_the_classes_and_mindformers() -> None:
     switches = re.search(r"_GLOBAL_TENSORBOARD_WRITER_ARGS = \{(.*?)\}", source.read_text(), flags=re.S).group(1)
     known = {*replacements.BUILTIN_OPTIONS, *replacements.BUILTIN_ALWAYS, *replacements.BUILTIN_NONE}
     assert set(re.findall(r"'(\w+)'", switches)) | {"tensorboard_dir", "tensorboard_queue_size"} <= known
+
+
+def test_the_pynative_table_has_every_key_of_master() -> None:
+    """Every key of master's monitor.tensorboard (the real config lists them all) has a line in the table."""
+    section = yaml.safe_load(PYNATIVE.read_text())["monitor"]["tensorboard"]
+    table = replacements.PYNATIVE
+    assert set(section) == {*table.options, *table.always, *table.none}
+    assert set(table.renamed.values()) == set(section) and table.dir_keys[0] in section
+    from mindformers_tbplugin.callbacks import TensorBoardMonitor
+
+    monitor = {p.name for p in params_of(TensorBoardMonitor)}
+    assert set(table.options.values()) <= monitor
+
+
+def test_the_loss_part_note_says_what_mindformers_does() -> None:
+    """MindFormers' wrapper registers the loss-part accumulators only with print_separate_loss (true by default)
+    and a model that is not a legacy one; MFLossMonitor writes the tags from them."""
+    spec = importlib.util.find_spec("mindformers")
+    if spec is None or spec.origin is None:
+        pytest.skip("no MindFormers installed")
+    package = Path(spec.origin).parent
+    wrapper = (package / "wrapper" / "wrapper.py").read_text()
+    guarded = re.findall(
+        r"self\.print_separate_loss = bool\(print_separate_loss and not self\.use_legacy\)\n"
+        r"(?:.*\n){0,6}?\s*if self\.print_separate_loss:\n"
+        r"\s*self\.indexer_loss_parameter = parameter_register\.register\(\"indexer_loss\".*\n"
+        r"\s*self\.aux_loss_parameter = parameter_register\.register\(\"aux_loss\".*\n"
+        r"\s*self\.mtp_loss_parameter = parameter_register\.register\(\"mtp_loss\".*\n"
+        r"\s*self\.lm_loss_parameter = parameter_register\.register\(\"lm_loss\"",
+        wrapper,
+    )
+    assert len(guarded) == wrapper.count('parameter_register.register("lm_loss"') == 2  # both train wrappers
+    trainer = (package / "trainer" / "base_trainer.py").read_text()
+    assert 'print_separate_loss = getattr(self.config, "print_separate_loss", True)' in trainer
+    assert '"print_separate_loss": print_separate_loss,' in trainer  # handed to the wrapper
+
+
+def test_the_readme_names_every_tag_the_builtin_writer_wrote() -> None:
+    """Each tag MindFormers' writer writes has its row in README's table, each "vs samples" twin its tag's."""
+    spec = importlib.util.find_spec("mindformers")
+    if spec is None or spec.origin is None:
+        pytest.skip("no MindFormers installed")
+    source = (Path(spec.origin).parent / "core" / "callback" / "callback.py").read_text()
+    calls = re.findall(r"\.add_scalars?\(\s*f?(['\"])(.+?)\1", source)
+    tags = {tag.replace("{layer}", "<router>") for _, tag in calls}
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Coming from MindFormers' `tensorboard:` section") :]
+    rows = {row.split(" | ")[0].strip("| ") for row in section[: section.index("\n\n`train/loss_lm`")].splitlines()}
+    twins = next(row for row in rows if row.startswith("`<tag> vs samples` of "))
+    assert {"loss", "lm-loss", "load-balancing-loss", "expert_load/<router>", "loss-scale vs samples"} <= tags
+    assert any(row.startswith("a text per top-level config key") for row in rows)  # utils/tensorboard.py's add_text
+    for tag in tags:
+        if tag.endswith(" vs samples"):
+            assert f"`{tag.removesuffix(' vs samples')}`" in twins, tag
+        else:
+            assert any(row == f"`{tag}`" or row.startswith(f"`{tag}`,") for row in rows), tag
 
 
 def test_mftb_migrate_needs_no_mindspore(tmp_path: Path) -> None:

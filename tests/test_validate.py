@@ -17,6 +17,7 @@ from mindformers_tbplugin.callbacks.catalog import our_callbacks
 from mindformers_tbplugin.config.checker import check_file
 
 BROKEN = Path(__file__).resolve().parent / "broken_configs"
+MIGRATE_CONFIGS = Path(__file__).resolve().parent / "migrate_configs"
 ALLOWED_TB_KEYS = "allowed: log_dir, experiment, run_name_pattern, log_every"
 
 # file -> (exit status, messages that must appear in its report)
@@ -300,6 +301,94 @@ def test_mindformers_tensorboard_section_beside_a_monitor_is_a_warning(
     report = check_file(config, our_callbacks())
     assert report.exit_code == 0, report.render()
     assert [f.render() for f in report.warnings if f.path == "tensorboard"] == ([BUILTIN_WARNING] if warned else [])
+
+
+# MindFormers master's PyNative trainer config (real, unchanged): monitor.tensorboard, callbacks to replace.
+PYNATIVE = MIGRATE_CONFIGS / "pynative_train_config_master.yaml"
+PYNATIVE_CALLBACKS = "  - type: callbackA\n    param: 0\n  - type: callbackB\n    param: 1\n"
+PYNATIVE_WARNING = (
+    "monitor.tensorboard (line 86): MindFormers' PyNative TensorBoard writer is on (monitor.tensorboard.output_dir: "
+    "./tb) besides the TensorBoardMonitor at callbacks[0]: both write, tensorboardX into ./tb from the last rank and "
+    "the monitor its run, the same loss, learning rate and gradient norm twice. `mftb migrate CONFIG` removes it and "
+    "says what each of its options becomes"
+)
+
+
+@pytest.mark.parametrize(
+    ("output_dir", "callbacks", "warned"),
+    [
+        ("output_dir: './tb'", "  - type: TensorBoardMonitor\n", True),
+        ("output_dir: ''  ", "  - type: TensorBoardMonitor\n", False),  # as master ships it: the writer is off
+        ("tensorboard_dir: './tb'", "  - type: TensorBoardMonitor\n", False),  # 2.0's name: nothing wrote
+        ("output_dir: './tb'", "  - type: HistogramMonitor\n", False),
+    ],
+    ids=["both", "no output_dir", "2.0 name", "no monitor"],
+)
+def test_master_pynative_writer_beside_a_monitor_is_a_warning(
+    tmp_path: Path, output_dir: str, callbacks: str, warned: bool
+) -> None:
+    text = PYNATIVE.read_text()
+    assert text.count(PYNATIVE_CALLBACKS) == 1 and text.count("output_dir: ''  ") == 1
+    config = tmp_path / "pynative.yaml"
+    config.write_text(text.replace(PYNATIVE_CALLBACKS, callbacks).replace("output_dir: ''  ", output_dir))
+    report = check_file(config, our_callbacks())
+    assert report.exit_code == 0, report.render()
+    assert [f.render() for f in report.warnings] == ([PYNATIVE_WARNING] if warned else [])
+
+
+# MindFormers master's Qwen3-MoE config (real, unchanged): use_legacy: False, print_separate_loss: True.
+QWEN3_MOE = MIGRATE_CONFIGS / "pretrain_qwen3_moe_master.yaml"
+LOSS_PARTS_NOTE = (
+    "print_separate_loss (line 16): False turns off MindFormers' loss-part accumulation (its train wrapper "
+    "registers the lm_loss, mtp_loss, aux_loss and indexer_loss accumulators only while it is True, its default), "
+    "so TensorBoardMonitor cannot write train/loss_lm, train/loss_mtp, train/loss_aux and train/loss_indexer; "
+    "remove it or set it to True to have them"
+)
+
+
+@pytest.mark.parametrize(
+    ("top_level", "callback", "noted"),
+    [
+        ("use_legacy: False\nprint_separate_loss: False\n", "TensorBoardMonitor", True),
+        ("use_legacy: False\nprint_separate_loss: True\n", "TensorBoardMonitor", False),
+        ("use_legacy: True\nprint_separate_loss: False\n", "TensorBoardMonitor", False),  # legacy: no parts at all
+        ("use_legacy: False\nprint_separate_loss: False\n", "HistogramMonitor", False),  # no monitor to write them
+    ],
+    ids=["off", "on", "legacy", "no monitor"],
+)
+def test_print_separate_loss_off_in_an_mcore_config_is_a_note(
+    tmp_path: Path, top_level: str, callback: str, noted: bool
+) -> None:
+    text = QWEN3_MOE.read_text()
+    assert text.count("use_legacy: False\nprint_separate_loss: True\n") == 1
+    config = tmp_path / "moe.yaml"
+    config.write_text(
+        text.replace("use_legacy: False\nprint_separate_loss: True\n", top_level).replace(
+            "  - type: MFLossMonitor\n", f"  - type: {callback}\n"
+        )
+    )
+    report = check_file(config, our_callbacks())
+    assert report.exit_code == 0 and not report.warnings, report.render()
+    notes = [f.render() for f in report.notes if f.path == "print_separate_loss"]
+    assert notes == ([LOSS_PARTS_NOTE] if noted else [])
+
+
+@pytest.mark.slow
+def test_mftb_validate_prints_the_pynative_warning_and_the_loss_part_note(tmp_path: Path) -> None:
+    pynative, moe = tmp_path / "pynative.yaml", tmp_path / "moe.yaml"
+    text = PYNATIVE.read_text().replace(PYNATIVE_CALLBACKS, "  - type: TensorBoardMonitor\n")
+    pynative.write_text(text.replace("output_dir: ''  ", "output_dir: './tb'"))
+    moe.write_text(QWEN3_MOE.read_text().replace("print_separate_loss: True", "print_separate_loss: False"))
+    moe.write_text(
+        moe.read_text().replace("  - type: MFLossMonitor\n", "  - type: MFLossMonitor\n  - type: TensorBoardMonitor\n")
+    )
+    result = subprocess.run(
+        [MFTB, "validate", str(pynative), str(moe)], env=subprocess_env(), capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    blocks = _reports_by_file(result.stdout)
+    assert f"  warning: {PYNATIVE_WARNING}\n" in blocks["pynative.yaml"]
+    assert f"  note: {LOSS_PARTS_NOTE}\n" in blocks["moe.yaml"] and "warning:" not in blocks["moe.yaml"]
 
 
 def test_the_saving_quoted_is_the_one_benchmarks_md_measured() -> None:

@@ -1,5 +1,5 @@
-"""``mftb migrate``: rewrite a config's MindFormers ``tensorboard:`` section, ``type: TensorBoard`` and
-SummaryCollector entries as TensorBoardMonitor (+ HistogramMonitor) entries."""
+"""``mftb migrate``: rewrite a config's MindFormers ``tensorboard:`` or ``monitor.tensorboard`` section,
+``type: TensorBoard`` and SummaryCollector entries as TensorBoardMonitor (+ HistogramMonitor) entries."""
 
 from __future__ import annotations
 
@@ -8,10 +8,14 @@ import sys
 from pathlib import Path
 
 NAME = "migrate"
-HELP = "rewrite a config's tensorboard: section, type: TensorBoard or SummaryCollector entries as TensorBoardMonitor"
+HELP = (
+    "rewrite a config's tensorboard: or monitor.tensorboard section, type: TensorBoard or SummaryCollector entries "
+    "as TensorBoardMonitor"
+)
 DESCRIPTION = (
     "Rewrite CONFIG so that TensorBoardMonitor (+ HistogramMonitor) entries do what MindFormers' built-in "
-    "tensorboard: section, a type: TensorBoard entry or a SummaryCollector entry (summary_collector:, "
+    "tensorboard: section (monitor.tensorboard in master's PyNative trainer), a type: TensorBoard entry or a "
+    "SummaryCollector entry (summary_collector:, "
     "SummaryCollector, SummaryMonitor) did: every option with an equivalent is carried over, the others are "
     "listed. Only the migrated lines change; comments, key order and formatting elsewhere stay as they are. "
     "Without -o or --in-place, prints a unified diff (stdout) and the listing (stderr) and writes nothing."

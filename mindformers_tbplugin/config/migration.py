@@ -1,6 +1,6 @@
 """``mftb migrate``: a config that logs through MindFormers' built-in writer (the top-level
-``tensorboard:`` section), the articles' ``type: TensorBoard`` or a SummaryCollector entry, rewritten
-with TensorBoardMonitor (+ HistogramMonitor) entries.
+``tensorboard:`` section, or master's PyNative ``monitor.tensorboard``), the articles' ``type: TensorBoard``
+or a SummaryCollector entry, rewritten with TensorBoardMonitor (+ HistogramMonitor) entries.
 
 Only the lines of what is migrated change (``yaml_edits``); every other line stays byte for byte. The
 rewritten text is parsed again and must equal the intended document, or nothing is written.
@@ -45,6 +45,7 @@ class Migration:
     changes: list[Finding] = field(default_factory=list)  # what was removed, replaced or added
     mapped: list[Finding] = field(default_factory=list)  # option -> its equivalent
     unmapped: list[Finding] = field(default_factory=list)  # options without one, and why
+    notes: list[Finding] = field(default_factory=list)  # settings kept that limit what is written
 
     def diff(self) -> str:
         """The unified diff from the original to the rewritten file."""
@@ -59,7 +60,13 @@ class Migration:
     def render(self) -> str:
         """What was migrated, what each option became and what has no equivalent."""
         lines = [f"{self.source}: migrated"]
-        for label, findings in (("", self.changes), ("mapped: ", self.mapped), ("no equivalent: ", self.unmapped)):
+        kinds = (
+            ("", self.changes),
+            ("mapped: ", self.mapped),
+            ("no equivalent: ", self.unmapped),
+            ("note: ", self.notes),
+        )
+        for label, findings in kinds:
             lines += [f"  {label}{f.render()}" for f in sorted(findings, key=lambda f: f.line or 0)]
         return "\n".join(lines)
 
@@ -88,6 +95,7 @@ class _Migrator:
         self.result = Migration(path, text, text)
         self.edits: list[Edit] = []  # (first line, end line, new lines) of the original
         self.new_entries: dict[str, dict[int, list[dict]]] = {}  # list -> {index: the entries replacing it}
+        self.removed: list[str] = []  # paths of the sections removed (``tensorboard``, ``monitor.tensorboard``)
         entries = document.get("callbacks")
         monitors = [
             f"callbacks[{index}]"
@@ -102,12 +110,15 @@ class _Migrator:
     def run(self) -> Migration:
         for name in CALLBACK_LISTS:
             self._migrate_entries(name)
-        self._migrate_section()
+        for section in replacements.WRITER_SECTIONS:
+            self._migrate_section(section)
         if not self.edits:
             raise UsageError(
-                f"{self.path}: nothing to migrate: no tensorboard: section, no type: TensorBoard entry and no "
-                "SummaryCollector entry (summary_collector:, type: SummaryCollector or SummaryMonitor)"
+                f"{self.path}: nothing to migrate: no tensorboard: or monitor.tensorboard section, no type: "
+                "TensorBoard entry and no SummaryCollector entry (summary_collector:, type: SummaryCollector or "
+                "SummaryMonitor)"
             )
+        self._loss_parts()
         self.result.text = self.src.apply(self.edits)
         self._verify()
         return self.result
@@ -115,7 +126,9 @@ class _Migrator:
     def _verify(self) -> None:
         """The rewritten text must parse to the intended document: the original, migrated."""
         expected = copy.deepcopy(self.document)
-        expected.pop(replacements.BUILTIN_SECTION, None)
+        for path in self.removed:
+            parent, name = path.rpartition(".")[::2]
+            (expected.get(parent) if parent else expected).pop(name, None)
         for name, replaced in self.new_entries.items():
             old = expected.get(name) or []
             new = [new for index, entry in enumerate(old) for new in replaced.get(index, [entry])]
@@ -195,39 +208,69 @@ class _Migrator:
             else:
                 self._finding("unmapped", f"{where}.{key}", notes.get(key, f"{key}: {entry[key]!r} -> nothing"))
 
-    # -- the tensorboard: section ------------------------------------------------------------------
-    def _migrate_section(self) -> None:
-        name = replacements.BUILTIN_SECTION
-        pair = child(self.root, name)
+    # -- MindFormers' writer sections: tensorboard: and monitor.tensorboard -----------------------------
+    def _section_pair(self, section: replacements.WriterSection) -> tuple[yaml.Node, yaml.Node] | None:
+        node: yaml.Node | None = self.root
+        pair = None
+        for key in section.parts:
+            pair = child(node, key)
+            if pair is None:
+                return None
+            node = pair[1]
+        return pair
+
+    def _migrate_section(self, section: replacements.WriterSection) -> None:
+        pair = self._section_pair(section)
         if pair is None:
             return
-        self.edits.append((*self.src.key_lines(*pair), []))
-        section = self.document.get(name) if isinstance(self.document.get(name), dict) else {}
-        folder = replacements.builtin_writer_dir(self.document)
+        parent = section.path.rpartition(".")[0]
+        holder = self.document.get(parent) if parent else None
+        if parent and isinstance(holder, dict) and len(holder) == 1:  # monitor: with nothing else goes too
+            self.edits.append((*self.src.key_lines(*child(self.root, parent)), []))
+            self.removed.append(parent)
+            gone = f"removed (and {parent}:, which held nothing else)"
+        else:
+            self.edits.append((*self.src.key_lines(*pair), []))
+            self.removed.append(section.path)
+            gone = "removed"
+        values = replacements.section_of(self.document, section)
+        values = values if isinstance(values, dict) else {}
+        folder = replacements.writer_dir(self.document, section, older_names=True)
         if folder is None:
-            self._finding("changes", name, "removed; it wrote nothing (no tensorboard_dir, or tensorboard_on: false)")
+            self._finding("changes", section.path, f"{gone}; it wrote nothing ({section.idle})")
             return
-        self._finding("changes", name, "removed: MindFormers' built-in writer (tensorboardX, a folder per rank)")
+        self._finding("changes", section.path, f"{gone}: {section.label}")
         added = self.monitor_at is None
         monitor: dict[str, Any] = {"type": MONITOR, "log_dir": folder}
-        folder_node = (child(pair[1], "tensorboard_dir") or (None, None))[1]
+        folder_key = next(key for key in section.dir_keys if values.get(key) == folder)
+        carried = {folder_key: "log_dir"}  # the section's keys carried over -> their option
+        folder_node = (child(pair[1], folder_key) or (None, None))[1]
         written = [("type", MONITOR), ("log_dir", self.src.as_written(folder_node, folder))]
-        interval = section.get("tensorboard_log_interval")
+        key = next((key for key, option in self._options(section, values) if option == "log_every"), None)
+        interval = values.get(key)
         if isinstance(interval, int) and not isinstance(interval, bool) and interval >= 1:
-            monitor["log_every"] = interval
+            monitor["log_every"], carried[key] = interval, "log_every"
             aggregate_every = replacements.aggregate_every_for(interval)
             if aggregate_every is not None:
                 monitor["aggregate_every"] = aggregate_every
-        param_norm_every = self._state_outputs(added)
+        param_norm_every = self._state_outputs(added) if section is replacements.BUILTIN else None
         if param_norm_every is not None:
             monitor["param_norm_every"] = param_norm_every
         written += [(key, one_line(value)) for key, value in monitor.items() if key not in ("type", "log_dir")]
         if added:
-            self._append_to_callbacks(monitor, written)
-        self._section_findings(section, dict(written), monitor if added else None)
+            self._append_to_callbacks(monitor, written, f"replaces the {section.path}{'' if parent else ':'} section")
+        self._section_findings(section, values, dict(written), carried if added else None)
 
-    def _append_to_callbacks(self, monitor: dict, written: list[tuple[str, str]]) -> None:
-        comment = "replaces the tensorboard: section"
+    @staticmethod
+    def _options(section: replacements.WriterSection, values: dict) -> list[tuple[str, str]]:
+        """``(key, TensorBoardMonitor option)`` for the section's keys that have one, older names included."""
+        return [
+            (key, section.options[section.renamed.get(key, key)])
+            for key in values
+            if section.renamed.get(key, key) in section.options
+        ]
+
+    def _append_to_callbacks(self, monitor: dict, written: list[tuple[str, str]], comment: str) -> None:
         pair, entries = child(self.root, "callbacks"), self.document.get("callbacks")
         self.monitor_at = f"callbacks[{len(entries) if isinstance(entries, list) else 0}]"
         self.new_entries.setdefault("callbacks", {})[len(entries) if isinstance(entries, list) else 0] = [monitor]
@@ -286,28 +329,46 @@ class _Migrator:
         self._finding("mapped", where, f"-> {what}: set param_norm_every: {every} on {self.monitor_at}")
         return None
 
-    def _section_findings(self, section: dict, written: dict[str, str], monitor: dict | None) -> None:
-        """What each key of the section became. ``written``: the options as YAML text; ``monitor``: the
-        entry added for the section (None: none added)."""
-        for key in section:
-            where = f"{replacements.BUILTIN_SECTION}.{key}"
-            option = replacements.BUILTIN_OPTIONS.get(key)
-            if option and monitor is not None and option in monitor:
+    def _section_findings(
+        self, section: replacements.WriterSection, values: dict, written: dict[str, str], carried: dict | None
+    ) -> None:
+        """What each key of the section became. ``written``: the new entry's options as YAML text;
+        ``carried``: {key: option} of the keys carried into it (None: no entry added)."""
+        options = dict(self._options(section, values))
+        for key in values:
+            where, current = f"{section.path}.{key}", section.renamed.get(key, key)
+            renamed = (
+                f" ({key}: MindFormers 2.0's name of {current}, which nothing wrote from)" if key != current else ""
+            )
+            option = options.get(key)
+            if carried is not None and key in carried:
                 becomes = f"-> {option}: {written[option]}"
-                if key == "tensorboard_dir":
-                    runs = f"{monitor[option].rstrip('/')}/<experiment>_<timestamp>/"
-                    becomes += f" (runs in {runs}: one for the job, not per rank)"
-                self._finding("mapped", where, becomes)
-            elif option and monitor is not None:
-                self._finding(
-                    "unmapped", where, f"{section[key]!r} is not a number of steps; {option} keeps its default"
-                )
+                if option == "log_dir":
+                    folder = values[key].rstrip("/")
+                    becomes += f" (runs in {folder}/<experiment>_<timestamp>/: {section.runs})"
+                self._finding("mapped", where, becomes + renamed)
+            elif option and carried is not None:
+                if option == "log_dir":
+                    source = next(k for k, o in carried.items() if o == option)
+                    why = f"not carried: log_dir is {written['log_dir']}, from {source}"
+                else:
+                    why = f"{values[key]!r} is not a number of steps; {option} keeps its default"
+                self._finding("unmapped", where, why + renamed)
             elif option:
-                hint = f"; add log_dir: {written['log_dir']} to it to keep this" if key == "tensorboard_dir" else ""
+                hint = f"; add log_dir: {written['log_dir']} to it to keep this" if option == "log_dir" else ""
                 self._finding("unmapped", where, f"not carried: {self.monitor_at} is a TensorBoardMonitor{hint}")
-            elif key in replacements.BUILTIN_ALWAYS:
-                self._finding("mapped", where, f"-> {replacements.BUILTIN_ALWAYS[key]}")
-            elif key in replacements.BUILTIN_NONE:
-                self._finding("unmapped", where, replacements.BUILTIN_NONE[key])
+            elif current in section.always:
+                self._finding("mapped", where, f"-> {section.always[current]}")
+            elif current in section.none:
+                self._finding("unmapped", where, section.none[current] + renamed)
             else:
-                self._finding("unmapped", where, "not a key of MindFormers' tensorboard: section; removed with it")
+                self._finding("unmapped", where, f"not a key of MindFormers' {section.path} section; removed with it")
+
+    def _loss_parts(self) -> None:
+        """What the top-level print_separate_loss (MindFormers' loss parts) becomes; it stays as written."""
+        fate = replacements.loss_parts_fate(self.document)
+        if fate is not None and self.monitor_at is not None:
+            kind, message = fate
+            self._finding(
+                kind, replacements.LOSS_PARTS_KEY, f"kept as written: {message}" if kind == "notes" else message
+            )

@@ -3,11 +3,13 @@
 MindSpore's ``SummaryCollector`` (MindFormers registers it as ``SummaryMonitor``; articles also show
 ``- summary_collector: {...}``) writes MindInsight summary files: TensorBoard lists nothing for them.
 MindFormers' built-in writer (the top-level ``tensorboard:`` section) writes tensorboardX files, one
-folder per rank, at a cost on every step.
+folder per rank, at a cost on every step; MindFormers master's PyNative trainer has its own
+(``monitor.tensorboard``), written from the last rank.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -149,7 +151,38 @@ def alias_notes(arguments: dict[str, Any]) -> list[tuple[str, str]]:
     return notes
 
 
-# -- MindFormers' built-in writer: the top-level ``tensorboard:`` section ---------------------------
+# -- MindFormers' TensorBoard writers: the top-level ``tensorboard:`` section and ``monitor.tensorboard`` -
+_QUEUE_SIZE = (
+    "tensorboardX's write-out threshold; TensorBoardMonitor's writer thread never holds up a step "
+    "and writes out every flush_secs (5 s)"
+)
+EXPERT_LOAD = (
+    "always written in MoE models, every moe_every steps (default 10; 0 turns it off): moe/load, the moe "
+    "dashboard's layer x expert load (for expert_load/<router>'s ep_<i> runs), and per layer "
+    "moe/<layer>/max_violation, min_load, dead_experts and bias_range"
+)
+
+
+@dataclass(frozen=True)
+class WriterSection:
+    """One of MindFormers' TensorBoard writer sections and what each of its keys becomes."""
+
+    path: str  # its YAML path
+    label: str  # how messages name its writer
+    dir_keys: tuple[str, ...]  # the folder key; then older names of it, which MindFormers did not write from
+    options: dict[str, str]  # key -> the TensorBoardMonitor option it becomes
+    always: dict[str, str]  # key -> what TensorBoardMonitor always writes in its place
+    none: dict[str, str]  # key -> why it has no equivalent
+    idle: str  # why a section without a folder wrote nothing
+    runs: str  # how TensorBoardMonitor's runs differ from its folder
+    renamed: dict[str, str] = field(default_factory=dict)  # older key names -> the current ones
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        """The keys from the top of the document down to the section."""
+        return tuple(self.path.split("."))
+
+
 BUILTIN_SECTION = "tensorboard"
 # Section keys with a TensorBoardMonitor option.
 BUILTIN_OPTIONS = {"tensorboard_dir": "log_dir", "tensorboard_log_interval": "log_every"}
@@ -158,36 +191,79 @@ BUILTIN_ALWAYS = {
     "log_loss_scale_to_tensorboard": "always written: train/loss_scale and train/overflow",
     "log_timers_to_tensorboard": (
         "always written: perf/step_time_ms, perf/samples_per_s and perf/tokens_per_s "
-        "(its B-samples-per-day has no equivalent)"
+        "(its B-samples-per-day is perf/samples_per_s x 86400 / 1e9)"
     ),
+    "log_expert_load_to_tensorboard": EXPERT_LOAD,
     "tensorboard_on": "TensorBoardMonitor is on by being in callbacks:",
 }
 # Section keys without an equivalent, and why.
-BUILTIN_NONE = {
-    "tensorboard_queue_size": (
-        "tensorboardX's write-out threshold; TensorBoardMonitor's writer thread never holds up a step "
-        "and writes out every flush_secs (5 s)"
-    ),
-    "log_expert_load_to_tensorboard": "MoE expert load is not written by TensorBoardMonitor",
-}
+BUILTIN_NONE = {"tensorboard_queue_size": _QUEUE_SIZE}
+BUILTIN = WriterSection(
+    path=BUILTIN_SECTION,
+    label="MindFormers' built-in writer (tensorboardX, a folder per rank)",
+    dir_keys=("tensorboard_dir",),
+    options=BUILTIN_OPTIONS,
+    always=BUILTIN_ALWAYS,
+    none=BUILTIN_NONE,
+    idle="no tensorboard_dir, or tensorboard_on: false",
+    runs="one for the job, not per rank",
+)
+# MindFormers master's PyNative trainer: mindformers/pynative/config/config.py (TensorboardConfig) and
+# pynative/tools/monitor.py (TensorboardMonitor). MindFormers 1.9 and 2.0 declared the same keys with
+# a tensorboard_ prefix and wrote nothing from them.
+PYNATIVE = WriterSection(
+    path="monitor.tensorboard",
+    label="MindFormers' PyNative writer (tensorboardX, from the last rank)",
+    dir_keys=("output_dir", "tensorboard_dir"),
+    options={"output_dir": "log_dir", "log_interval": "log_every"},
+    always={},
+    none={"queue_size": _QUEUE_SIZE},
+    idle="output_dir empty or missing",
+    runs="a run folder per training",
+    renamed={
+        "tensorboard_dir": "output_dir",
+        "tensorboard_log_interval": "log_interval",
+        "tensorboard_queue_size": "queue_size",
+    },
+)
+WRITER_SECTIONS = (BUILTIN, PYNATIVE)
 # What removing the section saves: BENCHMARKS.md, "End-to-end step time" (tiny LLaMA, CPU, 1 rank),
 # median ms per step without any TensorBoard writer, with the section, and the slowdowns (%) of the
 # section and of TensorBoardMonitor. tests/test_validate.py checks them against BENCHMARKS.md.
 BUILTIN_COST = {"baseline_ms": 20.83, "section_ms": 31.41, "section_pct": 31.98, "monitor_pct": 1.28}
 
 
-def builtin_writer_dir(document: dict[str, Any]) -> str | None:
-    """The section's ``tensorboard_dir`` when MindFormers' writer is on (a non-empty string, and not
-    ``tensorboard_on: false``), else None."""
-    section = document.get(BUILTIN_SECTION)
-    if not isinstance(section, dict) or section.get("tensorboard_on") is False:
+def section_of(document: dict[str, Any], section: WriterSection) -> Any:
+    """The section's value in ``document`` (None when it has none)."""
+    node: Any = document
+    for key in section.parts:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
+
+
+def writer_dir(document: dict[str, Any], section: WriterSection, older_names: bool = False) -> str | None:
+    """The folder the section's writer wrote to (a non-empty string, and not ``tensorboard_on: false``),
+    else None. ``older_names``: also a folder under an older name of the key, which nothing wrote to."""
+    values = section_of(document, section)
+    if not isinstance(values, dict) or values.get("tensorboard_on") is False:
         return None
-    folder = section.get("tensorboard_dir")
-    return folder if isinstance(folder, str) and folder.strip() else None
+    for key in section.dir_keys if older_names else section.dir_keys[:1]:
+        folder = values.get(key)
+        if isinstance(folder, str) and folder.strip():
+            return folder
+    return None
 
 
-def builtin_writer_message(folder: str, monitor: str) -> str:
-    """``mftb validate``'s warning when the section writes besides a TensorBoardMonitor at ``monitor``."""
+def writer_message(section: WriterSection, folder: str, monitor: str) -> str:
+    """``mftb validate``'s warning when the section writes besides a TensorBoardMonitor at ``monitor``.
+    Only the top-level section's cost was measured (BENCHMARKS.md)."""
+    if section is not BUILTIN:
+        return (
+            f"MindFormers' PyNative TensorBoard writer is on ({section.path}.output_dir: {folder}) besides the "
+            f"TensorBoardMonitor at {monitor}: both write, tensorboardX into {folder} from the last rank and the "
+            "monitor its run, the same loss, learning rate and gradient norm twice. "
+            "`mftb migrate CONFIG` removes it and says what each of its options becomes"
+        )
     cost = BUILTIN_COST
     return (
         f"MindFormers' built-in tensorboard: section is on (tensorboard_dir: {folder}) besides the "
@@ -196,4 +272,31 @@ def builtin_writer_message(folder: str, monitor: str) -> str:
         f"BENCHMARKS.md it made the tiny LLaMA's steps {cost['section_pct']:.2f}% longer ({cost['section_ms']:.2f} "
         f"against {cost['baseline_ms']:.2f} ms; TensorBoardMonitor: +{cost['monitor_pct']:.2f}%). "
         "`mftb migrate CONFIG` removes it and says what each of its options becomes"
+    )
+
+
+# -- MindFormers' loss parts: the top-level print_separate_loss (mcore models) ---------------------
+# MindFormers' train wrapper registers its lm_loss, mtp_loss, aux_loss and indexer_loss accumulators only
+# while print_separate_loss is true (its default) and the model is not a legacy one (use_legacy: False).
+LOSS_PARTS_KEY = "print_separate_loss"
+LOSS_PARTS = "train/loss_lm, train/loss_mtp, train/loss_aux and train/loss_indexer"
+
+
+def loss_parts_fate(document: dict[str, Any]) -> tuple[str, str] | None:
+    """``(kind, message)`` for a top-level print_separate_loss: ``mapped``, ``notes`` (it is off in an
+    mcore config) or ``unmapped`` (a legacy model); None when the config has none."""
+    if LOSS_PARTS_KEY not in document:
+        return None
+    if document.get("use_legacy", True) is not False:
+        return "unmapped", "legacy models (use_legacy not False) have no loss parts; MindFormers ignores it"
+    value = document[LOSS_PARTS_KEY]
+    if value:  # MindFormers takes any true value (bool(print_separate_loss and not use_legacy))
+        return "mapped", (
+            f"-> {LOSS_PARTS}: MindFormers' lm-loss, mtp-loss, load-balancing-loss and indexer-loss, each as its "
+            "contribution to train/loss"
+        )
+    return "notes", (
+        f"{value!r} turns off MindFormers' loss-part accumulation (its train wrapper registers the lm_loss, "
+        "mtp_loss, aux_loss and indexer_loss accumulators only while it is True, its default), so "
+        f"TensorBoardMonitor cannot write {LOSS_PARTS}; remove it or set it to True to have them"
     )
