@@ -23,6 +23,7 @@ from benchmarks import (
     histogram_cost,
     import_cost,
     layer_norms,
+    moe_dashboard,
     monitor_cost,
     queue_memory,
     ranks_dashboard,
@@ -41,6 +42,7 @@ SECTIONS = [
     monitor_cost,
     layer_norms,
     ranks_dashboard,
+    moe_dashboard,
 ]
 
 TARGET_US = 20.0

@@ -25,15 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import synthetic_records
 from mindformers_tbplugin.pipeline.rank_records import CHANNELS, PLUGIN_NAME, TAG, RankLayout
-from mindformers_tbplugin.tfevents.events import tensor_event
-from mindformers_tbplugin.tfevents.writer import RunWriter
 
 RANKS_PER_NODE = 8
 BLOCK_VALUES = 4_000_000  # float32 values generated at once (16 MB); also what the writer may hold queued
 STEP_TIME_MS = 1000.0
 SECONDS_PER_STEP = STEP_TIME_MS / 1000.0
-START_WALL_TIME = 1_790_000_000.0  # a fixed clock: the same arguments write the same bytes
 
 
 @dataclass(frozen=True)
@@ -109,10 +107,6 @@ class _Values:
         return np.stack([step, host, allocated, peak], axis=-1).astype(np.float16)
 
 
-def _builder(matrix: np.ndarray, wall_time: float, content: bytes):
-    return lambda step, _queued_at: tensor_event(step, wall_time, TAG, matrix, PLUGIN_NAME, content)
-
-
 def generate(
     logdir: str | Path,
     ranks: int = 8192,
@@ -129,20 +123,17 @@ def generate(
     started = time.perf_counter()
     values = _Values(ranks, records, seed)
     content = layout(ranks, steps_per_interval, intervals_per_record).content()
-    steps_per_record = steps_per_interval * intervals_per_record
     block = max(1, BLOCK_VALUES // (ranks * len(CHANNELS)))
-    writer = RunWriter(run_dir, flush_secs=60.0, max_queue=10 * block + 10)
-    try:
-        for first in range(0, records, block):
-            matrices = values.block(first, min(block, records - first))
-            for offset, matrix in enumerate(matrices):
-                record = first + offset
-                step = (record + 1) * steps_per_record
-                wall_time = START_WALL_TIME + step * SECONDS_PER_STEP
-                writer.add_built(step, _builder(matrix, wall_time, content if record == 0 else b""))
-            writer.flush(timeout=600.0)  # bounds what is queued to one block
-    finally:
-        writer.close(timeout=600.0)
+    file_bytes = synthetic_records.write(
+        run_dir,
+        (values.block(first, min(block, records - first)) for first in range(0, records, block)),
+        tag=TAG,
+        plugin_name=PLUGIN_NAME,
+        layout=content,
+        steps_per_record=steps_per_interval * intervals_per_record,
+        seconds_per_step=SECONDS_PER_STEP,
+        block_records=block,
+    )
     seconds = time.perf_counter() - started
     return SyntheticRanks(
         run_dir=run_dir,
@@ -155,7 +146,7 @@ def generate(
         slow_node=values.slow_node,
         slow_node_records=values.slow_node_records,
         seconds=seconds,
-        file_bytes=sum(path.stat().st_size for path in run_dir.iterdir() if path.is_file()),
+        file_bytes=file_bytes,
     )
 
 

@@ -1,4 +1,5 @@
-"""Test helpers: `mftb tensorboard` as a child process, and headless Chromium driven through chromedriver."""
+"""Test helpers: `mftb tensorboard` as a child process, headless Chromium driven through chromedriver, and
+the dashboards' tensor records written as the monitor writes them."""
 
 from __future__ import annotations
 
@@ -8,12 +9,16 @@ import signal
 import subprocess
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 from conftest import MFTB, subprocess_env
 
+from mindformers_tbplugin.tfevents.events import tensor_event
+from mindformers_tbplugin.tfevents.writer import RunWriter
 from mindformers_tbplugin.viewer import tensorboard_server
 
 CHROMIUM = shutil.which("chromium")
@@ -106,6 +111,41 @@ def plain_tensorboard(logdir: Path, *extra: str) -> Iterator[int]:
         tensorboard_server.stop(process)
 
 
+def served_json(port: int, path: str) -> object:
+    """The JSON a TensorBoard on ``port`` answers at ``path``; None for an error status or no answer."""
+    return tensorboard_server.get_json(port, path, timeout=10)
+
+
+def plugin_enabled(port: int, plugin: str) -> bool | None:
+    """Whether TensorBoard's plugin listing says ``plugin`` is active (None: not listed or no answer)."""
+    listing = served_json(port, "/data/plugins_listing")
+    return None if listing is None else listing.get(plugin, {}).get("enabled")
+
+
+@contextlib.contextmanager
+def tensorboard_before_records(logdir: Path, plugin: str) -> Iterator[int]:
+    """A plain TensorBoard re-reading every second, on a logdir whose one run ("job") holds only scalars:
+    ``plugin`` listed but inactive, its ``runs`` route empty."""
+    writer = RunWriter(logdir / "job")
+    writer.add_scalars(1, {"train/loss": 1.0})
+    writer.close()
+    with plain_tensorboard(logdir, "--reload_interval", "1") as port:
+        assert wait_for(lambda: served_json(port, "/data/runs")) == ["job"]
+        assert plugin_enabled(port, plugin) is False
+        assert served_json(port, f"/data/plugin/{plugin}/runs") == []
+        yield port
+
+
+def assert_serves_its_module(port: int, plugin: str) -> None:
+    """The plugin's ES module, as TensorBoard's plugin frame loads it, and nothing fetched from the network."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/data/plugin/{plugin}/index.js", timeout=10) as response:
+        assert "javascript" in response.headers["Content-Type"]
+        source = response.read().decode("utf-8")
+    assert "export async function render()" in source and "://" not in source
+    entry = urllib.request.urlopen(f"http://127.0.0.1:{port}/data/plugin_entry.html?name={plugin}", timeout=10)
+    assert "./index.js" in entry.read().decode("utf-8")
+
+
 def wait_for(probe: Callable[[], object], timeout: float = 60.0) -> object:
     """The first truthy result of ``probe``, polled twice a second (TensorBoard loads runs in the background)."""
     deadline = time.monotonic() + timeout
@@ -174,3 +214,18 @@ def open_chromium():
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={tempfile.mkdtemp(prefix='mftb-chromium-')}")
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+
+def write_tensor_records(
+    run_dir: Path, arrays: np.ndarray, tag: str, plugin_name: str, layout: bytes, first_step: int, every: int
+) -> None:
+    """One writer's records of a plugin, as the monitor writes them: float16, the layout in the first one
+    only, and a scalar beside them (a run holds other records too)."""
+    writer = RunWriter(run_dir)
+    for i, array in enumerate(arrays.astype(np.float16)):
+        content = layout if i == 0 else b""
+        writer.add_built(
+            first_step + i * every, lambda s, w, a=array, c=content: tensor_event(s, w, tag, a, plugin_name, c)
+        )
+    writer.add_scalars(first_step, {"train/loss": 1.0})
+    writer.close()

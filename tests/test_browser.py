@@ -19,7 +19,16 @@ import numpy as np
 import pytest
 import yaml
 from conftest import REPO, run_dirs, subprocess_env, train, write_tiny_config
-from tb_helpers import CHROMEDRIVER, CHROMIUM, DEEP_COUNT_JS, DEEP_TEXT_JS, mftb_tensorboard, open_chromium
+from tb_helpers import (
+    CHROMEDRIVER,
+    CHROMIUM,
+    DEEP_COUNT_JS,
+    DEEP_TEXT_JS,
+    mftb_tensorboard,
+    open_chromium,
+    plugin_enabled,
+    served_json,
+)
 
 from mindformers_tbplugin.viewer import tensorboard_server
 
@@ -107,7 +116,6 @@ def test_scalars_dashboard_shows_the_run_and_its_loss_curve(tmp_path: Path, tiny
 def test_per_rank_runs_and_the_ranks_dashboard_of_an_msrun_job(tmp_path: Path, tiny_data: Path) -> None:
     """A real 2-rank job, rank 1 slowed: per-rank runs beside the main run in the scalars dashboard;
     the ranks plugin enabled in a plain TensorBoard, its routes and its heatmap naming rank 1."""
-    from test_ranks_plugin import _get, _ranks_enabled
 
     config = yaml.safe_load(DP2_CONFIG.read_text())
     config["train_dataset"]["data_loader"]["dataset_dir"] = str(tiny_data)
@@ -150,10 +158,10 @@ def test_per_rank_runs_and_the_ranks_dashboard_of_an_msrun_job(tmp_path: Path, t
             time.sleep(1)
             driver.save_screenshot(str(screenshot))
             # The ranks plugin: enabled, the job listed, rank 1 higher, drawn and named in the page.
-            assert _ranks_enabled(server.port) is True
-            (listed,) = _get(server.port, "/data/plugin/ranks/runs")
+            assert plugin_enabled(server.port, "ranks") is True
+            (listed,) = served_json(server.port, "/data/plugin/ranks/runs")
             assert (listed["run"], listed["world_size"], listed["records"]) == (run_dir.name, 2, 8)  # 32 steps
-            matrix = _get(server.port, f"/data/plugin/ranks/matrix?run={run_dir.name}&channel=step_time_ms")
+            matrix = served_json(server.port, f"/data/plugin/ranks/matrix?run={run_dir.name}&channel=step_time_ms")
             rows = dict(zip(matrix["first_rank"], matrix["values"], strict=True))
             assert sum(rows[1]) > sum(rows[0]), matrix
             drawn, ranks = _ranks_dashboard(driver, server.port, deadline=time.monotonic() + 90)
@@ -167,10 +175,13 @@ def test_per_rank_runs_and_the_ranks_dashboard_of_an_msrun_job(tmp_path: Path, t
     _keep_picture(screenshot)
 
 
-# The iframe TensorBoard loads a dynamic plugin's ES module in, wherever it sits among the shadow roots.
+# The iframe TensorBoard loads a dynamic plugin's ES module in (the plugin named by the script's argument),
+# wherever it sits among the shadow roots.
 PLUGIN_IFRAME_JS = """
 const find = (root) => {
-  for (const frame of root.querySelectorAll('iframe')) if ((frame.src || '').includes('name=ranks')) return frame;
+  for (const frame of root.querySelectorAll('iframe')) {
+    if ((frame.src || '').includes(`name=${arguments[0]}`)) return frame;
+  }
   for (const el of root.querySelectorAll('*')) if (el.shadowRoot) { const f = find(el.shadowRoot); if (f) return f; }
   return null;
 };
@@ -178,16 +189,21 @@ return find(document);
 """
 
 
-def _ranks_dashboard(driver: object, port: int, deadline: float) -> tuple[str, list[str]]:
-    """Open the ranks dashboard and wait for its heatmap and straggler list; returns the cells drawn
-    and the straggler list's ranks, with the driver left inside the plugin's frame."""
-    driver.get(f"http://127.0.0.1:{port}/#ranks")
+def _open_plugin(driver: object, port: int, name: str, deadline: float) -> None:
+    """Open a plugin's dashboard and leave the driver inside its frame."""
+    driver.get(f"http://127.0.0.1:{port}/#{name}")
     frame = None
     while frame is None and time.monotonic() < deadline:
-        frame = driver.execute_script(PLUGIN_IFRAME_JS)
+        frame = driver.execute_script(PLUGIN_IFRAME_JS, name)
         time.sleep(0.5)
     assert frame is not None, driver.execute_script(DEEP_TEXT_JS)[:2000]
     driver.switch_to.frame(frame)
+
+
+def _ranks_dashboard(driver: object, port: int, deadline: float) -> tuple[str, list[str]]:
+    """Open the ranks dashboard and wait for its heatmap and straggler list; returns the cells drawn
+    and the straggler list's ranks, with the driver left inside the plugin's frame."""
+    _open_plugin(driver, port, "ranks", deadline)
     drawn, ranks = "", []
     while time.monotonic() < deadline:
         drawn = driver.execute_script("return document.querySelector('#heatmap')?.dataset.drawn || ''")
@@ -201,7 +217,6 @@ def _ranks_dashboard(driver: object, port: int, deadline: float) -> tuple[str, l
 
 
 def test_ranks_dashboard_draws_the_heatmap_and_names_the_straggler(tmp_path: Path) -> None:
-    from selenium.webdriver.common.action_chains import ActionChains
     from test_ranks_plugin import matrices, write_ranks_run
 
     log_root = _output_root(tmp_path, "ranks") / "tensorboard"
@@ -229,13 +244,8 @@ def test_ranks_dashboard_draws_the_heatmap_and_names_the_straggler(tmp_path: Pat
             # Hover the straggler's row late in the run: the tooltip names rank, node, step and value.
             canvas = driver.find_element("css selector", "#heatmap")
             width, height = canvas.size["width"], canvas.size["height"]
-            x = 90 + (width - 90) * 50 // 60 - width // 2
-            y = int(height * 19.5 / 64) - height // 2
-            ActionChains(driver).move_to_element_with_offset(canvas, x, y).perform()
-            tip = driver.find_element("css selector", "#tip").text
-            driver.switch_to.default_content()
-            time.sleep(0.5)
-            driver.save_screenshot(str(screenshot))
+            tip = _hover(driver, canvas, 90 + (width - 90) * 50.5 / 60, height * 19.5 / 64)
+            _save_page(driver, screenshot)
         finally:
             driver.quit()
 
@@ -262,3 +272,117 @@ def test_ranks_dashboard_on_the_benchmarks_synthetic_log(tmp_path: Path) -> None
             driver.quit()
     assert drawn and int(drawn) < 1024 * 2000, f"heatmap cells drawn: {drawn!r} (downsampled: fewer than all)"
     assert ranks and ranks[0] == str(synthetic.straggler_rank), (ranks[:5], synthetic.straggler_rank)
+
+
+def _moe_dashboard(driver: object, port: int, deadline: float) -> tuple[str, str, list[str]]:
+    """Open the moe dashboard and wait for its heatmap, strip and lists; returns the heatmap's and the
+    strip's drawn sizes (rows x columns) and the over-the-run list, inside the plugin's frame."""
+    _open_plugin(driver, port, "moe", deadline)
+    heatmap, strip, over_run = "", "", []
+    while time.monotonic() < deadline:
+        heatmap = driver.execute_script("return document.querySelector('#heatmap')?.dataset.drawn || ''")
+        strip = driver.execute_script("return document.querySelector('#strip')?.dataset.drawn || ''")
+        over_run = driver.execute_script(
+            "return [...document.querySelectorAll('#worst-run li')].map((li) => li.textContent)"
+        )
+        if heatmap and strip and over_run:
+            break
+        time.sleep(0.5)
+    return heatmap, strip, over_run
+
+
+def _hover(driver: object, element: object, x: float, y: float) -> str:
+    """Move the mouse to ``x``, ``y`` from the element's top left corner; the dashboard's tooltip then."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    offset = round(x - element.size["width"] / 2), round(y - element.size["height"] / 2)  # from its centre
+    ActionChains(driver).move_to_element_with_offset(element, *offset).perform()
+    return driver.find_element("css selector", "#tip").text
+
+
+def _save_page(driver: object, picture: Path) -> None:
+    """A picture of the whole TensorBoard page, from inside a plugin's frame."""
+    driver.switch_to.default_content()
+    time.sleep(0.5)
+    driver.save_screenshot(str(picture))
+
+
+MOE_LEFT = 104  # moe_frontend/index.js: the layer names' room left of both canvases
+MOE_RIGHT = 120  # ... and the MaxVio bars' right of the heatmap
+
+
+def test_moe_dashboard_names_the_planted_layer_hovers_and_follows_a_strip_click(tmp_path: Path) -> None:
+    """The benchmark's generator at 8 layers x 16 experts x 30 records: the heatmap and the strip drawn,
+    the planted layer and its dead experts named first, a dead expert's tooltip, a strip click's step."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    from benchmarks.synthetic_moe import generate
+
+    log_root = tmp_path / "tensorboard"
+    made = generate(log_root, layers=8, experts=16, records=30)
+    dead = sorted(made.dead_experts)
+    with mftb_tensorboard(log_root, "--port", str(tensorboard_server.free_port(18346))) as server:
+        driver = open_chromium()
+        try:
+            deadline = time.monotonic() + 90
+            heatmap, strip, over_run = _moe_dashboard(driver, server.port, deadline)
+            at_step = driver.find_element("css selector", "#worst-step li").text
+            # Hover the planted layer's first dead expert: 16 px rows, 16 experts across the free width.
+            canvas = driver.find_element("css selector", "#heatmap")
+            cell = (canvas.size["width"] - MOE_LEFT - MOE_RIGHT) / 16
+            heatmap_tip = _hover(driver, canvas, MOE_LEFT + (dead[0] + 0.5) * cell, (made.planted_row + 0.5) * 16)
+            # Hover, then click, the planted layer's cell of record 20 in the strip (12 px rows, one record a column).
+            band = driver.find_element("css selector", "#strip")
+            column = (band.size["width"] - MOE_LEFT) / 30
+            strip_tip = _hover(driver, band, MOE_LEFT + 20.5 * column, (made.planted_row + 0.5) * 12)
+            ActionChains(driver).click().perform()
+            shown = ""
+            while shown != str(made.step_of(20)) and time.monotonic() < deadline:
+                shown = canvas.get_attribute("data-step")
+                time.sleep(0.2)
+            label = driver.find_element("css selector", "#step").text
+            slider = driver.find_element("css selector", "#slider").get_attribute("value")
+        finally:
+            driver.quit()
+
+    assert (heatmap, strip) == ("8x16", "8x30")
+    since = f"dead since step {made.step_of(made.dead_from_record)}"
+    assert at_step.startswith(f"{made.planted_layer}: experts {dead[0]}, {dead[1]} {since}; MaxVio "), at_step
+    assert f"(expert {made.hot_expert} at " in at_step
+    assert over_run[0].startswith(f"{made.planted_layer}: experts {dead[0]}, {dead[1]} {since}; 20 records"), over_run
+    pattern = rf"{made.planted_layer}, expert {dead[0]}: load 0\.0\d\d x mean, [0-9.]+% of the layer's slots, "
+    assert re.fullmatch(pattern + r"bias [0-9.]+ \(dead: under 0\.1 x mean\)", heatmap_tip), heatmap_tip
+    assert re.fullmatch(rf"{made.planted_layer}, step 210: MaxVio [0-9.]+, 2 dead experts", strip_tip), strip_tip
+    assert shown == "210" and slider == "20" and label.startswith("step 210 (record 21 of 30"), (shown, slider, label)
+
+
+def test_moe_dashboard_at_deepseek_v3_size(tmp_path: Path) -> None:
+    """DeepSeek-V3's 58 MoE layers + 1 MTP layer x 256 routed experts, 2,000 records (120,000 steps at the
+    defaults): the whole record drawn, the strip downsampled, the planted layer first. Its picture is
+    docs/tensorboard-moe.png."""
+
+    from benchmarks.synthetic_moe import generate
+
+    log_root = _output_root(tmp_path, "moe") / "tensorboard"
+    made = generate(log_root, run="deepseek_v3_20261201-093000")
+    screenshot = tmp_path / "tensorboard-moe.png"
+    with mftb_tensorboard(log_root, "--port", str(tensorboard_server.free_port(18356))) as server:
+        driver = open_chromium()
+        try:
+            driver.set_window_size(1400, 1560)  # the heatmap, the strip and the lists in one picture
+            heatmap, strip, over_run = _moe_dashboard(driver, server.port, deadline=time.monotonic() + 120)
+            canvas = driver.find_element("css selector", "#heatmap")
+            cell = (canvas.size["width"] - MOE_LEFT - MOE_RIGHT) / 256
+            tip = _hover(driver, canvas, MOE_LEFT + (made.hot_expert + 0.5) * cell, (made.planted_row + 0.5) * 9)
+            _save_page(driver, screenshot)
+        finally:
+            driver.quit()
+
+    rows, columns = map(int, strip.split("x"))
+    assert heatmap == "59x256" and rows == 59 and columns < 2000, (heatmap, strip)
+    dead = ", ".join(map(str, sorted(made.dead_experts)))
+    since = f"{made.step_of(made.dead_from_record):,}"
+    assert over_run[0].startswith(f"{made.planted_layer}: experts {dead} dead since step {since}"), over_run[:2]
+    hot = re.match(rf"{made.planted_layer}, expert {made.hot_expert}: load ([0-9.]+) x mean", tip)
+    assert hot and float(hot.group(1)) > 5, tip  # the expert taking a growing share, near 8x at the end
+    _keep_picture(screenshot)

@@ -8,10 +8,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tb_helpers import plain_tensorboard, wait_for
+from tb_helpers import (
+    assert_serves_its_module,
+    plugin_enabled,
+    served_json,
+    tensorboard_before_records,
+    wait_for,
+    write_tensor_records,
+)
 
 from mindformers_tbplugin.pipeline.rank_records import CHANNELS, PLUGIN_NAME, TAG, RankLayout
-from mindformers_tbplugin.tfevents.events import tensor_event
 from mindformers_tbplugin.tfevents.writer import RunWriter
 from mindformers_tbplugin.viewer import ranks_store, ranks_views
 from mindformers_tbplugin.viewer.ranks_store import RanksStore, RunRecords
@@ -42,14 +48,7 @@ def write_ranks_run(
 ) -> None:
     """One writer's records, as the monitor writes them: the layout in the first one only."""
     rank_layout = rank_layout or layout(values.shape[1])
-    writer = RunWriter(run_dir)
-    for i, matrix in enumerate(values.astype(np.float16)):
-        content = rank_layout.content() if i == 0 else b""
-        writer.add_built(
-            first_step + i * every, lambda s, w, m=matrix, c=content: tensor_event(s, w, TAG, m, PLUGIN_NAME, c)
-        )
-    writer.add_scalars(first_step, {"train/loss": 1.0})  # a run holds other records too
-    writer.close()
+    write_tensor_records(run_dir, values, TAG, PLUGIN_NAME, rank_layout.content(), first_step, every)
 
 
 @pytest.fixture(autouse=True)
@@ -254,55 +253,29 @@ def test_the_plugin_routes_answer_json_and_say_what_is_wrong(tmp_path: Path) -> 
     assert RanksPlugin(base_plugin.TBContext(logdir="")).is_active() is False  # --logdir_spec: no local folder
 
 
-def _get(port: int, path: str) -> object:
-    from mindformers_tbplugin.viewer.tensorboard_server import get_json
-
-    return get_json(port, path, timeout=10)
-
-
-def _ranks_enabled(port: int) -> bool | None:
-    listing = _get(port, "/data/plugins_listing")
-    return None if listing is None else listing.get("ranks", {}).get("enabled")
-
-
 @pytest.mark.slow
 def test_a_real_tensorboard_serves_the_dashboard_once_records_exist(tmp_path: Path) -> None:
-    import urllib.request
-
     logdir = tmp_path / "tb"
-    writer = RunWriter(logdir / "job")
-    writer.add_scalars(1, {"train/loss": 1.0})
-    writer.close()
-    with plain_tensorboard(logdir, "--reload_interval", "1") as port:
-        assert wait_for(lambda: _get(port, "/data/runs")) == ["job"]
-        assert _ranks_enabled(port) is False  # listed, but inactive: no run holds records
-        assert _get(port, "/data/plugin/ranks/runs") == []
-
+    with tensorboard_before_records(logdir, "ranks") as port:  # listed, but inactive: no run holds records
         values = matrices(16, 20)
         values[5:, 6, 0] *= 1.4
         write_ranks_run(logdir / "job", values)
-        assert wait_for(lambda: _ranks_enabled(port), timeout=60) is True
-        (run,) = wait_for(lambda: _get(port, "/data/plugin/ranks/runs"))
+        assert wait_for(lambda: plugin_enabled(port, "ranks"), timeout=60) is True
+        (run,) = wait_for(lambda: served_json(port, "/data/plugin/ranks/runs"))
         assert (run["run"], run["world_size"], run["records"], run["nodes"]) == ("job", 16, 20, 2)
         assert run["channels"] == list(CHANNELS)
 
-        grid = _get(port, "/data/plugin/ranks/matrix?run=job&channel=step_time_ms&max_ranks=8&max_steps=10")
+        grid = served_json(port, "/data/plugin/ranks/matrix?run=job&channel=step_time_ms&max_ranks=8&max_steps=10")
         assert (grid["rows"], grid["columns"], grid["rank_block"], grid["step_block"]) == (8, 10, 2, 2)
         slow_row = np.array(grid["values"][3], dtype=float)  # ranks 6 and 7
         others = np.delete(np.array(grid["values"], dtype=float), 3, axis=0)
         assert slow_row[3:].min() > 1.3 and others.max() < 1.05
-        slow = _get(port, "/data/plugin/ranks/stragglers?run=job&limit=5")
+        slow = served_json(port, "/data/plugin/ranks/stragglers?run=job&limit=5")
         assert slow["ranks"][0]["rank"] == 6 and slow["ranks"][0]["since_step"] == 60
-        rank = _get(port, "/data/plugin/ranks/rank?run=job&rank=6")
+        rank = served_json(port, "/data/plugin/ranks/rank?run=job&rank=6")
         assert rank["worker_log"] == "/jobs/out/msrun_log/0/worker_6.log" and len(rank["steps"]) == 20
-        assert _get(port, "/data/plugin/ranks/matrix?run=nope") is None  # 404
-
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/data/plugin/ranks/index.js", timeout=10) as response:
-            assert "javascript" in response.headers["Content-Type"]
-            source = response.read().decode("utf-8")
-        assert "export async function render()" in source and "://" not in source  # nothing from the network
-        entry = urllib.request.urlopen(f"http://127.0.0.1:{port}/data/plugin_entry.html?name=ranks", timeout=10)
-        assert "./index.js" in entry.read().decode("utf-8")
+        assert served_json(port, "/data/plugin/ranks/matrix?run=nope") is None  # 404
+        assert_serves_its_module(port, "ranks")
         started = time.monotonic()
-        assert _get(port, "/data/plugin/ranks/matrix?run=job") is not None
+        assert served_json(port, "/data/plugin/ranks/matrix?run=job") is not None
         assert time.monotonic() - started < 5

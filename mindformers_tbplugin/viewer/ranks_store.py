@@ -1,36 +1,27 @@
 """The ``ranks`` records of every run under a logdir, read straight from the event files.
 
-TensorBoard's data provider keeps only a reservoir sample of tensor events, so the plugin reads the
-files itself: each file through :class:`~mindformers_tbplugin.tfevents.records.RecordReader`, which
-resumes where the previous pass stopped, and only records whose bytes contain the tag are parsed.
-A run keeps its matrices as float16 in fixed-size chunks (no copy when it grows), channel-major so a
-channel of a chunk is contiguous, plus a few per-record and per-rank numbers computed once on arrival:
-each channel's median over ranks, and the straggler tallies (see :class:`Tallies`).
+The files are read incrementally by :mod:`~mindformers_tbplugin.viewer.tensor_records`. A run keeps its
+matrices as float16 in fixed-size chunks (no copy when it grows), channel-major so a channel of a chunk
+is contiguous, plus a few per-record and per-rank numbers computed once on arrival: each channel's
+median over ranks, and the straggler tallies (see :class:`Tallies`).
 """
 
 from __future__ import annotations
 
-import threading
-import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from tensorboard.compat.proto import event_pb2, types_pb2
 
-from mindformers_tbplugin.log import logger
 from mindformers_tbplugin.pipeline.rank_records import CHANNELS, PLUGIN_NAME, TAG, RankLayout
-from mindformers_tbplugin.tfevents.records import RecordReader
-from mindformers_tbplugin.tfevents.run_folders import event_files, walk_runs
+from mindformers_tbplugin.viewer.tensor_records import RecordsRun, RunCatalog, TensorRecord
 
 CHUNK_RECORDS = 256  # records per storage chunk: 16 MB at 8,192 ranks
 RELOAD_SECS = 2.0  # a run's files are read again at most this often (requests come in bursts)
 DISCOVER_SECS = 5.0  # how often the logdir is walked for new runs
 SLOW_FACTOR = 1.1  # a rank is slow in a record when its step time is above 1.1 x the record's median
 STEP_TIME = CHANNELS.index("step_time_ms")
-_TAG_BYTES = TAG.encode("utf-8")
-_DTYPES = {types_pb2.DT_HALF: "<f2", types_pb2.DT_FLOAT: "<f4"}
 
 
 def _layout_for(world_size: int) -> RankLayout:
@@ -94,20 +85,18 @@ class Tallies:
 
 
 @dataclass
-class RunRecords:
+class RunRecords(RecordsRun):
     """One run's records: steps, float16 matrices in chunks, per-record medians and the tallies."""
 
-    folder: Path
+    TAG = TAG
+    PLUGIN_NAME = PLUGIN_NAME
+    LAYOUT = RankLayout
+    BATCH = CHUNK_RECORDS
+
     layout: RankLayout | None = None
-    count: int = 0
-    steps: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     medians: np.ndarray = field(default_factory=lambda: np.zeros((0, len(CHANNELS)), np.float32))
     chunks: list[np.ndarray] = field(default_factory=list)  # each (channels, CHUNK_RECORDS, world) float16
     tallies: Tallies | None = None
-    readers: dict[Path, RecordReader] = field(default_factory=dict)
-    cache: dict = field(default_factory=dict)  # for ranks_views: results over the records so far, by key
-    read_at: float = float("-inf")
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def world_size(self) -> int:
@@ -132,87 +121,29 @@ class RunRecords:
         used = max(0, min(CHUNK_RECORDS, self.count - number * CHUNK_RECORDS))
         return self.chunks[number][:, :used, rank].astype(np.float32)
 
-    # -- reading -----------------------------------------------------------------------------------
-    def refresh(self) -> None:
-        """Read what was appended to the run's event files since the previous call."""
-        with self.lock:
-            if time.monotonic() - self.read_at < RELOAD_SECS:
-                return
-            try:
-                files = event_files(self.folder)
-            except OSError:
-                files = []
-            for path in files:
-                reader = self.readers.setdefault(path, RecordReader(path))
-                found: list[tuple[int, np.ndarray]] = []
-                for record in self._new_records(reader):
-                    found.append(record)
-                    if len(found) == CHUNK_RECORDS:  # bounded batches: numpy per batch, not per record
-                        self._append(found)
-                        found = []
-                self._append(found)
-            self.read_at = time.monotonic()
+    # -- reading (RecordsRun calls these) ------------------------------------------------------------
+    def reload_secs(self) -> float:
+        return RELOAD_SECS
 
-    def _new_records(self, reader: RecordReader):
-        for _, buf, spans in reader.chunks():
-            for start, stop, intact in spans:
-                if intact and buf.find(_TAG_BYTES, start, stop) >= 0:  # most records are scalars: skip unparsed
-                    record = self._parse(buf[start:stop], reader.path)
-                    if record is not None:
-                        yield record
-
-    def _parse(self, payload: bytes, path: Path) -> tuple[int, np.ndarray] | None:
-        try:
-            event = event_pb2.Event.FromString(payload)
-        except Exception:  # a checksummed record that is no Event: not ours
-            return None
-        for value in event.summary.value:
-            plugin = value.metadata.plugin_data
-            if value.tag != TAG or plugin.plugin_name not in ("", PLUGIN_NAME):
-                continue
-            if plugin.content:
-                try:
-                    layout = RankLayout.from_content(plugin.content)
-                except (ValueError, TypeError, KeyError) as exc:
-                    logger.warning("%s: unreadable ranks layout at step %d: %s", path, event.step, exc)
-                else:
-                    self._set_layout(layout)
-            tensor = value.tensor
-            dims = tuple(d.size for d in tensor.tensor_shape.dim)
-            dtype = _DTYPES.get(tensor.dtype)
-            if dtype is None or len(dims) != 2 or dims[1] != len(CHANNELS):
-                return None
-            matrix = np.frombuffer(tensor.tensor_content, dtype).reshape(dims).astype(np.float16, copy=False)
-            return event.step, matrix
-        return None
-
-    def _set_layout(self, layout: RankLayout) -> None:
+    def _use_layout(self, layout: RankLayout) -> None:
         if self.layout is not None and layout.world_size != self.layout.world_size:
             self._truncate(0)  # a resume with another world size: only the new records compare
         self.layout = layout
 
-    def _append(self, records: list[tuple[int, np.ndarray]]) -> None:
-        batch: list[tuple[int, np.ndarray]] = []
-        for step, matrix in records:
-            if self.layout is None:
-                self.layout = _layout_for(len(matrix))
-            if len(matrix) != self.world_size:
-                continue  # written for another world size than the layout in force
-            last = batch[-1][0] if batch else self.steps[self.count - 1] if self.count else None
-            if last is not None and step <= last:
-                # A resume from a checkpoint writes these steps again: the later writing wins, as in TensorBoard.
-                self._store(batch)
-                batch = []
-                self._truncate(int(np.searchsorted(self.steps[: self.count], step)))
-            batch.append((step, matrix))
-        self._store(batch)
+    def _accepts(self, record: TensorRecord) -> bool:
+        matrix = record.array
+        if matrix.ndim != 2 or matrix.shape[1] != len(CHANNELS):
+            return False
+        if self.layout is None:
+            self.layout = _layout_for(len(matrix))
+        return len(matrix) == self.world_size  # else written for another world size than the layout in force
 
-    def _store(self, batch: list[tuple[int, np.ndarray]]) -> None:
+    def _store(self, batch: list[TensorRecord]) -> None:
         if not batch:
             return
         n, channels = len(batch), len(CHANNELS)
         # (channels, records, ranks): each channel's records contiguous, as the chunks hold them.
-        values16 = np.ascontiguousarray(np.stack([matrix for _, matrix in batch]).transpose(2, 0, 1))
+        values16 = np.ascontiguousarray(np.stack([record.array for record in batch]).transpose(2, 0, 1))
         medians = _medians(values16)
         needed = -(-(self.count + n) // CHUNK_RECORDS)
         while len(self.chunks) < needed:
@@ -227,7 +158,7 @@ class RunRecords:
             self.chunks[number][:, row : row + take] = values16[:, done : done + take]
             done += take
         rows = slice(self.count, self.count + n)
-        self.steps[rows] = [step for step, _ in batch]
+        self.steps[rows] = [record.step for record in batch]
         self.medians[rows] = medians.T
         if self.tallies is None:
             self.tallies = Tallies.empty(self.world_size)
@@ -249,43 +180,8 @@ class RunRecords:
                 offset += len(view)
 
 
-class RanksStore:
-    """Every run under ``logdir`` (TensorBoard's run names: the folder relative to it, ``.`` for itself)."""
+class RanksStore(RunCatalog[RunRecords]):
+    """Every run under ``logdir`` with its ranks records."""
 
     def __init__(self, logdir: Path) -> None:
-        self.logdir = logdir
-        self._runs: dict[str, RunRecords] = {}
-        self._walked_at = float("-inf")
-        self._lock = threading.Lock()
-
-    def _discover(self) -> None:
-        with self._lock:
-            if time.monotonic() - self._walked_at < DISCOVER_SECS:
-                return
-            if self.logdir.is_dir():
-                for folder, _ in walk_runs(self.logdir):
-                    name = folder.relative_to(self.logdir).as_posix()
-                    self._runs.setdefault(name, RunRecords(folder))
-            self._walked_at = time.monotonic()
-
-    def runs(self) -> dict[str, RunRecords]:
-        """The runs holding records, read up to now, by name."""
-        self._discover()
-        found = {}
-        for name, run in sorted(self._runs.items()):
-            run.refresh()
-            if run.count:
-                found[name] = run
-        return found
-
-    def has_records(self) -> bool:
-        """Whether a run read so far holds records (no reading: cheap)."""
-        return any(run.count for run in list(self._runs.values()))
-
-    def run(self, name: str) -> RunRecords | None:
-        self._discover()
-        run = self._runs.get(name)
-        if run is None:
-            return None
-        run.refresh()
-        return run if run.count else None
+        super().__init__(logdir, RunRecords, DISCOVER_SECS)

@@ -12,20 +12,14 @@ from __future__ import annotations
 import numpy as np
 
 from mindformers_tbplugin.pipeline.rank_records import CHANNELS
+from mindformers_tbplugin.viewer.blocks import block_max, block_size, rounded
 from mindformers_tbplugin.viewer.ranks_store import SLOW_FACTOR, STEP_TIME, RunRecords
 
 DEFAULT_MAX_RANKS = 256
 DEFAULT_MAX_STEPS = 512
 DEFAULT_SERIES_POINTS = 2000
 DEFAULT_STRAGGLERS = 20
-LIMIT = 4096  # the largest block grid a request may ask for, per axis
 MAX_CACHED = 4  # rank-block reductions kept per run (10 MB each at 10,000 records x 256 blocks)
-
-
-def _rounded(values: np.ndarray, decimals: int = 3) -> list[float | None]:
-    """JSON numbers with ``decimals`` decimals (colours need no more); null for no value."""
-    values = np.round(values.astype(np.float64), decimals)
-    return np.where(np.isfinite(values), values, None).tolist()
 
 
 def run_summary(name: str, run: RunRecords) -> dict:
@@ -51,22 +45,8 @@ def rank_order(run: RunRecords) -> np.ndarray | None:
     return np.argsort(nodes, kind="stable")
 
 
-def _block_max(values: np.ndarray, block: int, axis: int) -> np.ndarray:
-    """NaN-ignoring maximum over consecutive blocks of ``block`` along ``axis`` (the last one padded)."""
-    size = values.shape[axis]
-    pad = -size % block
-    if pad:
-        widths = [(0, 0)] * values.ndim
-        widths[axis] = (0, pad)
-        values = np.pad(values, widths, constant_values=np.nan)
-    shape = list(values.shape)
-    shape[axis : axis + 1] = [shape[axis] // block, block]
-    with np.errstate(invalid="ignore"):
-        return np.fmax.reduce(values.reshape(shape), axis=axis + 1)
-
-
 def _block_max16(values16: np.ndarray, block: int) -> np.ndarray:
-    """:func:`_block_max` over the last axis of float16 values, as float32, computed on their bits.
+    """:func:`~.blocks.block_max` over the last axis of float16 values, as float32, computed on their bits.
 
     Non-negative float16 values order as their bits do; NaN (and negative values, which no channel
     has) become 0 and every other value its bits + 1, so a block's maximum is 0 only when it has no value.
@@ -112,9 +92,8 @@ def matrix(
 ) -> dict:
     """The downsampled heatmap: ``values[row][column]``, row = rank block, column = record block."""
     index = _channel_index(channel)
-    max_ranks, max_steps = min(max(max_ranks, 1), LIMIT), min(max(max_steps, 1), LIMIT)
     world, count = run.world_size, run.count
-    rank_block, step_block = -(-world // max_ranks), -(-count // max_steps)
+    rank_block, step_block = block_size(world, max_ranks), block_size(count, max_steps)
     order = rank_order(run)
     reduced = _rank_blocks(run, index, rank_block, order)  # (records, rank blocks)
     relative = index == STEP_TIME
@@ -122,7 +101,7 @@ def matrix(
         with np.errstate(invalid="ignore", divide="ignore"):
             reduced = reduced / run.medians[:count, index][:, None]
         reduced[~np.isfinite(reduced)] = np.nan
-    grid = _block_max(reduced, step_block, axis=0).T  # (rank blocks, record blocks)
+    grid = block_max(reduced, step_block, axis=0).T  # (rank blocks, record blocks)
     ranks = order if order is not None else np.arange(world)
     first_ranks = ranks[::rank_block]
     nodes = np.asarray(run.layout.nodes)
@@ -142,7 +121,7 @@ def matrix(
         "steps": run.steps[:count:step_block].tolist(),
         "min": round(float(finite.min()), 4) if finite.size else None,
         "max": round(float(finite.max()), 4) if finite.size else None,
-        "values": _rounded(grid),
+        "values": rounded(grid),
     }
 
 
@@ -193,9 +172,9 @@ def rank_series(run: RunRecords, rank: int, max_points: int = DEFAULT_SERIES_POI
     if not 0 <= rank < run.world_size:
         raise ValueError(f"rank {rank} is not in 0..{run.world_size - 1}")
     count = run.count
-    block = -(-count // min(max(max_points, 1), LIMIT))
-    values = _block_max(run.series(rank), block, axis=1)
-    medians = _block_max(run.medians[:count].T, block, axis=1)
+    block = block_size(count, max_points)
+    values = block_max(run.series(rank), block, axis=1)
+    medians = block_max(run.medians[:count].T, block, axis=1)
     node = run.layout.nodes[rank] if rank < len(run.layout.nodes) else 0
     names = run.layout.node_names
     return {
@@ -205,6 +184,6 @@ def rank_series(run: RunRecords, rank: int, max_points: int = DEFAULT_SERIES_POI
         "worker_log": worker_log(run, rank),
         "step_block": block,
         "steps": run.steps[:count:block].tolist(),
-        "channels": {name: _rounded(values[i]) for i, name in enumerate(CHANNELS)},
-        "medians": {name: _rounded(medians[i]) for i, name in enumerate(CHANNELS)},
+        "channels": {name: rounded(values[i]) for i, name in enumerate(CHANNELS)},
+        "medians": {name: rounded(medians[i]) for i, name in enumerate(CHANNELS)},
     }
