@@ -9,7 +9,7 @@ INSTALLED := $(VENV)/.installed
 DEMO_CONFIG := configs/tiny/llama_tiny_cpu.yaml
 DEMO_LOGS := $(CURDIR)/output/tensorboard
 
-.PHONY: install demo ranks-demo test test-fast lint bench bench-quick clean browser screenshot compat
+.PHONY: install demo demo-moe ranks-demo test test-fast lint bench bench-quick clean browser screenshot compat
 
 install: $(INSTALLED)
 
@@ -33,6 +33,19 @@ demo: $(RUNTIME)
 	@run=$$(ls -td $(DEMO_LOGS)/llama_tiny_* | head -n 1); \
 	echo ""; \
 	echo "Run folder: $$run"; \
+	echo "View it:    $(CURDIR)/$(BIN)/mftb tensorboard $(DEMO_LOGS)"; \
+	echo "            then open the URL it prints (http://127.0.0.1:6006/ when that port is free)"
+
+# A tiny DeepSeek-V3 (MLA, MoE with expert-bias routers, multi-token prediction), MindFormers' mcore model, on
+# this CPU: the Ascend-only kernels it builds run as CPU stand-ins (scripts/cpu/), for this demo only.
+MOE_CONFIG := configs/tiny/deepseek3_tiny_cpu.yaml
+
+demo-moe: $(RUNTIME)
+	$(BIN)/mftb make-data --output output/data/mcore_xy.mindrecord --num_samples 256 --vocab_size 1000 --labels
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python scripts/cpu/train_mcore.py --config $(MOE_CONFIG)
+	@run=$$(ls -td $(DEMO_LOGS)/deepseek3_tiny_* | head -n 1); \
+	echo ""; \
+	echo "Run folder: $$run (loss parts, moe/* per MoE layer, the moe dashboard)"; \
 	echo "View it:    $(CURDIR)/$(BIN)/mftb tensorboard $(DEMO_LOGS)"; \
 	echo "            then open the URL it prints (http://127.0.0.1:6006/ when that port is free)"
 
@@ -79,7 +92,7 @@ browser:
 screenshot: $(INSTALLED) browser
 	rm -rf docs/.new && mkdir docs/.new
 	MFTB_SCREENSHOTS=$(CURDIR)/docs/.new PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q tests/test_browser.py
-	@for picture in tensorboard-scalars.png tensorboard-ranks.png tensorboard-ranks-heatmap.png; do \
+	@for picture in tensorboard-scalars.png tensorboard-ranks.png tensorboard-ranks-heatmap.png tensorboard-moe.png; do \
 		test -s docs/.new/$$picture || { echo "screenshot: $$picture not taken (browser test skipped?)"; exit 1; }; \
 	done
 	mv docs/.new/*.png docs/ && rmdir docs/.new

@@ -6,6 +6,7 @@ where a layer lives on some ranks only. Real trainings: tests/test_mcore_models.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -155,7 +156,7 @@ def test_the_aggregator_averages_each_layer_over_the_ranks_that_hold_it() -> Non
     for aggregator, relative in zip(aggregators, own, strict=True):
         aggregator.add(5, relative, bias)
     reduced = np.sum([aggregator.pack() for aggregator in aggregators], axis=0)
-    assert reduced.size == aggregators[0].size == 2 * 2 * (2 * 3 + 1)
+    assert reduced.size == aggregators[0].size == 2 * (2 * (2 * 3 + 1) + 1)
     ((step, mean, mean_bias),) = aggregators[0].unpack(reduced)
     assert step == 5
     np.testing.assert_allclose(mean[0], [0.75, 1.0, 1.25])  # ranks 0 and 1
@@ -178,10 +179,21 @@ def moe_step(rank: int, step: int) -> StepMetrics:
     return metrics
 
 
+def built(events: list) -> Callable[[int, Callable], None]:
+    """RunWriter.add_built, run at once as the writer thread runs it: None means nothing to write."""
+
+    def add_built(step: int, build: Callable) -> None:
+        event = build(step, 1.0)
+        if event is not None:
+            events.append(event)
+
+    return add_built
+
+
 def record_events(ranks: list[Rank]) -> list:
     (writer,) = [rank.main for rank in ranks if rank.main is not None]
     events: list = []
-    writer.add_built = lambda step, build: events.append(build(step, 1.0))  # type: ignore[attr-defined]
+    writer.add_built = built(events)  # type: ignore[attr-defined]
     return events
 
 
@@ -218,7 +230,7 @@ def test_rank_policy_all_writes_each_ranks_own_loads_and_records() -> None:
     ranks = make_job(2, aggregate_every=4, rank_policy="all", **options)
     own_records: dict[int, list] = {0: [], 1: []}
     for rank in ranks:
-        rank.rank_run.add_built = lambda step, build, r=rank.topology.rank: own_records[r].append(build(step, 1.0))
+        rank.rank_run.add_built = built(own_records[rank.topology.rank])
     record_events(ranks)
     train(ranks, range(1, 5), moe_step)
     assert ranks[1].rank_run.series("moe/layers.2/max_violation") == [(step, 1.0) for step in range(1, 5)]
@@ -256,3 +268,15 @@ def test_after_a_failure_pending_loads_are_written_as_local() -> None:
     ranks[0].router.finish(clean=False)
     assert ranks[0].main.series("local/moe/layers.2/max_violation") == [(1, 0.0), (2, 0.0)]
     assert ranks[0].collectives.calls == 0
+
+
+def test_a_read_without_bias_has_no_mean_bias() -> None:
+    aggregators = [ExpertLoadAggregator(2, 1, 2, with_bias=True) for _ in range(2)]
+    for aggregator in aggregators:
+        aggregator.add(1, np.array([[1.0, 1.0]]), np.array([[0.5, -0.5]]))
+        aggregator.add(2, np.array([[0.5, 1.5]]), None)  # the bias is read once per record
+    reduced = np.sum([aggregator.pack() for aggregator in aggregators], axis=0)
+    first, second = aggregators[0].unpack(reduced)
+    np.testing.assert_allclose(first[2], [[0.5, -0.5]])
+    assert second[0] == 2 and second[2] is None
+    np.testing.assert_allclose(second[1], [[0.5, 1.5]])

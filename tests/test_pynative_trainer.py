@@ -107,6 +107,10 @@ def test_the_same_yaml_entries_log_every_step(pynative_run: PyNativeRun) -> None
         assert [step for step, _ in scalars[tag]] == list(range(1, STEPS + 1)), tag
     assert "perf/tokens_per_s" in scalars and "system/host_rss_gb" in scalars
     assert [step for step, _ in scalars["train/param_norm"]] == [4, 8, 12]
+    # model FLOPs from MindFormers' formula on the live config: TFLOPS x step time is one step's FLOPs
+    tflops, step_ms = dict(scalars["perf/model_tflops_per_device"]), dict(scalars["perf/step_time_ms"])
+    flops = [tflops[step] * 1e12 * step_ms[step] / 1e3 for step in range(2, STEPS + 1)]
+    assert min(flops) > 0 and max(flops) == pytest.approx(min(flops), rel=1e-4)
     assert re.fullmatch(r"qwen3_\d{8}-\d{6}", pynative_run.run_dir.name)
 
 

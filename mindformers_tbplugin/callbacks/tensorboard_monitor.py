@@ -278,7 +278,7 @@ class TensorBoardMonitor(MonitorCallback):
         self._loss_divisor = loss_scale_for_pipeline(topology, start.train_network)
         self._layer_norms = LayerNorms.for_training(start, self.norm_groups, self.grad_hist_every)
         self._outputs = ModelOutputs.for_training(
-            start, self._accumulators_due, self.moe_every > 0, self.step_of, self.peak_tflops
+            start, self._accumulators_due, self.step_of, (self.moe_every, self.moe_record_budget), self.peak_tflops
         )
         collectives = Collectives() if topology.communicating else None
         pattern, experiment = self.run_name_pattern, self.experiment

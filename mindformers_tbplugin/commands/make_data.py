@@ -39,7 +39,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
             raise UsageError(f"--{name} must be a positive integer, got {getattr(args, name)}")
     path = write_mindrecord(args.output, args.num_samples, args.seq_length, args.vocab_size, args.seed, args.labels)
     if args.labels:
-        print(f"wrote {args.num_samples} samples of input_ids, labels and loss_mask ({args.seq_length} tokens) to {path}")
+        columns = f"input_ids, labels and loss_mask ({args.seq_length} tokens)"
+        print(f"wrote {args.num_samples} samples of {columns} to {path}")
     else:
         print(f"wrote {args.num_samples} samples of {args.seq_length + 1} token ids to {path}")
     return 0

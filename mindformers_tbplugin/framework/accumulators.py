@@ -9,7 +9,8 @@ Some releases or configs never zero an accumulator (no MFLossMonitor; MindFormer
 the first logged step finds out, and from then on the value left after the previous step is read at
 step begin and subtracted, so a step's value is always that step's alone.
 
-On CPU ``asnumpy()`` returns a view of the parameter's memory: every read is copied at once.
+Reads are host copies (framework/host_values.py): on a CPU ``asnumpy()`` would return a view of the
+parameter's memory that MindFormers' zeroing then changes.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from mindformers_tbplugin.framework.host_values import host_reader
 from mindformers_tbplugin.framework.mcore import LossPart, Router
 from mindformers_tbplugin.log import WarnOnce
 
@@ -32,8 +34,8 @@ class Captured:
 
     step: int
     parts: dict[str, float] | None = None  # tag (train/loss_lm, ...) -> contribution to the loss
-    loads: np.ndarray | None = None  # (routers, experts) float64: the step's load per expert
-    bias: np.ndarray | None = None  # (routers, experts) float64 expert bias (NaN rows: no bias), or None
+    loads: np.ndarray | None = None  # (routers, experts): the step's load per expert
+    bias: np.ndarray | None = None  # (routers, experts) expert bias (NaN rows: no bias), when read
 
 
 class _Family:
@@ -68,28 +70,34 @@ class Accumulators:
         parts: Sequence[LossPart],
         routers: Sequence[Router],
         due: Callable[[int], tuple[bool, bool]],
+        bias_every: int = 1,
     ) -> None:
+        """``bias_every``: the expert bias is read at the first of every this many reads of the loads."""
         self._parts = list(parts)
+        self._part_readers = [host_reader(part.parameter) for part in parts]
+        self._load_readers = [host_reader(router.load) for router in routers]
+        self._bias_readers = [host_reader(router.bias) if router.bias is not None else None for router in routers]
         self._factors = np.array([part.factor for part in parts], dtype=np.float64)
         self._routers = list(routers)
         self._due = due
         experts = int(routers[0].load.shape[0]) if routers else 0
         self._with_bias = any(router.bias is not None for router in routers)
         self._part_family = _Family(self._read_parts) if parts else None
-        self._load_family = _Family(lambda: self._read_rows("load", experts)) if routers else None
+        self._load_family = _Family(lambda: self._read_rows(self._load_readers, experts)) if routers else None
         self._experts = experts
+        self._bias_every = max(bias_every, 1)
+        self._reads = 0
         self._captured: Captured | None = None
         self._learning: list[_Family] = []
 
     def _read_parts(self) -> np.ndarray:
-        return np.array([float(part.parameter.asnumpy().reshape(-1)[0]) for part in self._parts], dtype=np.float64)
+        return np.array([read()[0] for read in self._part_readers], dtype=np.float64)
 
-    def _read_rows(self, attribute: str, experts: int) -> np.ndarray:
-        rows = np.full((len(self._routers), experts), np.nan)
-        for index, router in enumerate(self._routers):
-            parameter = getattr(router, attribute)
-            if parameter is not None:
-                rows[index] = parameter.asnumpy()  # copied into the float64 rows
+    def _read_rows(self, readers: list, experts: int) -> np.ndarray:
+        rows = np.full((len(readers), experts), np.nan, dtype=np.float32)
+        for index, read in enumerate(readers):
+            if read is not None:
+                rows[index] = read()
         return rows
 
     def _families(self, step: int) -> list[_Family]:
@@ -112,7 +120,9 @@ class Accumulators:
             captured.parts = {part.tag: value for part, value in zip(self._parts, contributions, strict=True)}
         if self._load_family in families:
             captured.loads = self._load_family.capture()
-            captured.bias = self._read_rows("bias", self._experts) if self._with_bias else None
+            if self._with_bias and self._reads % self._bias_every == 0:
+                captured.bias = self._read_rows(self._bias_readers, self._experts)
+            self._reads += 1
         self._captured = captured
         self._learning = [family for family in families if family.zeroed is None]
 

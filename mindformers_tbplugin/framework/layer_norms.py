@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from mindformers_tbplugin.framework.host_values import host_copy
 from mindformers_tbplugin.framework.trainers import TrainStart
 from mindformers_tbplugin.pipeline import gradient_groups, histograms, metrics
 from mindformers_tbplugin.pipeline.gradient_groups import GroupLayout
@@ -56,7 +57,8 @@ class LayerNorms:
     def read(self, step: int, last_logged_step: int, net_outputs: Any, writer: RunWriter | None) -> Any:
         """This step's per-parameter squared gradient norms (one host copy), queueing their histogram
         for the writer thread when one is due."""
-        squares = metrics.local_norm_squares(net_outputs)
+        output = metrics.local_norm_output(net_outputs)
+        squares = host_copy(output) if hasattr(output, "asnumpy") else output  # one host copy of one vector
         every = self.grad_hist_every
         if squares is not None and writer is not None and every and step // every > last_logged_step // every:
             writer.add_built(step, functools.partial(_histogram_event, np.array(squares, dtype=np.float64)))

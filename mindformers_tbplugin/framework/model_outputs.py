@@ -14,7 +14,7 @@ from mindformers_tbplugin.framework.collectives import device_name
 from mindformers_tbplugin.framework.model_flops import StepFlops, step_flops
 from mindformers_tbplugin.framework.trainers import CLASSIC, TrainStart
 from mindformers_tbplugin.log import logger
-from mindformers_tbplugin.pipeline import model_flops
+from mindformers_tbplugin.pipeline import expert_routing, model_flops
 from mindformers_tbplugin.pipeline.expert_load import RouterSet
 from mindformers_tbplugin.pipeline.metrics import StepMetrics
 
@@ -36,11 +36,17 @@ class ModelOutputs:
 
     @classmethod
     def for_training(
-        cls, start: TrainStart, due: Due, read_loads: bool, step_of: Callable[[Any], int], peak: float | str | None
+        cls,
+        start: TrainStart,
+        due: Due,
+        step_of: Callable[[Any], int],
+        moe: tuple[int, int],
+        peak: float | str | None,
     ) -> ModelOutputs:
-        """``peak``: TensorBoardMonitor's peak_tflops option."""
+        """``moe``: TensorBoardMonitor's moe_every and moe_record_budget; ``peak``: its peak_tflops."""
         facts = start.facts
-        mcore = mcore_models.find_mcore_model(start.train_network)
+        # classic: the training cell; MindFormers 2.x's PyNative trainer: the model itself
+        mcore = mcore_models.find_mcore_model(start.train_network if start.train_network is not None else start.network)
         batch = (start.config.global_batch_size if start.config else None) or facts.samples_per_step
         flops = step_flops(mcore, start.network, facts.trainable_params, batch, facts.tokens_per_sample)
         hparams = mcore_models.model_hparams(mcore) if mcore is not None else {}
@@ -48,14 +54,15 @@ class ModelOutputs:
             hparams["model_flops_per_step"] = flops.flops
         outputs = cls(flops, hparams, start.topology.world_size, model_flops.peak_tflops(peak, device_name))
         if mcore is not None:
-            outputs._read_accumulators(start, mcore, due, read_loads, step_of)
+            outputs._read_accumulators(start, mcore, due, step_of, moe)
         return outputs
 
     def _read_accumulators(
-        self, start: TrainStart, mcore: mcore_models.McoreModel, due: Due, read_loads: bool, step_of: Callable
+        self, start: TrainStart, mcore: mcore_models.McoreModel, due: Due, step_of: Callable, moe: tuple[int, int]
     ) -> None:
         parts = mcore_models.loss_parts(mcore)
-        found, routers = mcore_models.routers(mcore) if read_loads else ([], None)
+        moe_every, record_budget = moe
+        found, routers = mcore_models.routers(mcore) if moe_every else ([], None)
         if not parts and not found:
             return  # a dense model: nothing accumulates per step
         if start.trainer != CLASSIC:
@@ -64,7 +71,8 @@ class ModelOutputs:
                 "which zero the loss parts and expert loads: train/loss_* and moe/ tags are not written"
             )
             return
-        accumulators = Accumulators(parts, found, due)
+        bias_every = expert_routing.record_reads(routers, moe_every, record_budget) if routers else 1
+        accumulators = Accumulators(parts, found, due, bias_every)
         tap = StepEndTap(lambda run_context: accumulators.capture(step_of(run_context)))
         if tap.install(start.eval_callbacks):
             self._accumulators, self._tap, self.routers, self._parts = accumulators, tap, routers, len(parts)

@@ -73,6 +73,8 @@ _FROM_YAML = (
     ("data_parallel", ("parallel_config.data_parallel", "parallelism.data_parallel_shard")),
     ("model_parallel", ("parallel_config.model_parallel", "parallelism.tensor_parallel")),
     ("pipeline_stage", ("parallel_config.pipeline_stage", "parallelism.pipeline_parallel")),
+    ("expert_parallel", ("parallel_config.expert_parallel", "parallelism.expert_parallel")),
+    ("context_parallel", ("parallel_config.context_parallel", "parallelism.context_parallel")),
     ("micro_batch_num", ("parallel_config.micro_batch_num",)),
     ("use_parallel", ("use_parallel",)),
     ("seed", ("seed", "training.seed")),

@@ -171,8 +171,9 @@ class ExpertLoadAggregator:
     """Packs an interval's reads of the MoE routers (each expert's load over its layer's mean, and the
     expert bias) for the same all-reduce. A layer's values are averaged over the ranks that hold it:
     every data-parallel rank routes its own tokens, and with pipeline stages a layer lives on its
-    stage's ranks only (the others send NaN rows, sent as zeros that do not count). Layout (float32):
-    ``[loads (K x L x E), bias (K x L x E) when a router has one, holders (K x L)]``.
+    stage's ranks only (the others send NaN rows, sent as zeros that do not count). The bias is read
+    at some reads only (every ranks' the same). Layout (float32): ``[loads (K x L x E), bias (K x L x E)
+    when a router has one, holders (K x L), ranks that sent a bias (K)]``.
     """
 
     def __init__(self, reads_per_interval: int, layers: int, experts: int, with_bias: bool) -> None:
@@ -185,7 +186,7 @@ class ExpertLoadAggregator:
     @property
     def size(self) -> int:
         layers, experts = self.shape
-        return self.capacity * layers * (self.planes * experts + 1)
+        return self.capacity * (layers * (self.planes * experts + 1) + 1)
 
     def add(self, step: int, relative: np.ndarray, bias: np.ndarray | None) -> None:
         if len(self.pending) < self.capacity:
@@ -194,32 +195,34 @@ class ExpertLoadAggregator:
             self.dropped += 1
 
     def pack(self) -> np.ndarray:
-        layers, experts = self.shape
-        k = self.capacity
         vector = np.zeros(self.size, dtype=np.float32)
-        planes = vector[: k * layers * experts * self.planes].reshape(self.planes, k, layers, experts)
-        holders = vector[k * layers * experts * self.planes :].reshape(k, layers)
+        planes, holders, with_bias = self._views(vector)
         for row, (_, relative, bias) in enumerate(self.pending):
             held = ~np.isnan(relative[:, 0])
             holders[row] = held
             planes[0, row][held] = relative[held]
             if self.planes == 2 and bias is not None:
                 planes[1, row][held] = np.nan_to_num(bias[held])
+                with_bias[row] = 1.0
         return vector
+
+    def _views(self, vector: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        layers, experts = self.shape
+        k = self.capacity
+        end = k * layers * experts * self.planes
+        planes = vector[:end].reshape(self.planes, k, layers, experts)
+        return planes, vector[end : end + k * layers].reshape(k, layers), vector[end + k * layers :]
 
     def unpack(self, reduced: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray | None]]:
         """``(step, mean relative loads, mean bias or None)`` per read any rank sent (NaN rows for layers
         nobody holds); clears the interval."""
         pending, self.pending = self.pending, []
-        layers, experts = self.shape
-        k = self.capacity
-        values = reduced.astype(np.float64)
-        planes = values[: k * layers * experts * self.planes].reshape(self.planes, k, layers, experts)
-        holders = values[k * layers * experts * self.planes :].reshape(k, layers, 1)
+        planes, holders, with_bias = self._views(reduced.astype(np.float64))
+        holders = holders[:, :, None]
         with np.errstate(divide="ignore", invalid="ignore"):
             means = np.where(holders > 0, planes / np.maximum(holders, 1), np.nan)
         return [
-            (step, means[0, row], means[1, row] if self.planes == 2 else None)
+            (step, means[0, row], means[1, row] if self.planes == 2 and with_bias[row] > 0 else None)
             for row, (step, _, _) in enumerate(pending)
             if (holders[row] > 0).any()
         ]

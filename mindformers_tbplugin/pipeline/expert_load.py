@@ -43,6 +43,17 @@ class RouterSet:
         return EXPERT_BIAS in self.kinds
 
 
+def layer_statistics(relative: np.ndarray, dead_fraction: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For relative loads of shape (..., layers, experts), e.g. many records at once: per layer MaxVio
+    (max - 1), the least load and the dead-expert mask (load < ``dead_fraction``), as the ``moe/*``
+    scalars define them. A layer without a value (NaN) has NaN statistics and no dead expert."""
+    known = ~np.isnan(relative[..., 0])
+    rows = np.where(known[..., None], relative, 1.0)
+    violation = np.where(known, rows.max(axis=-1) - 1.0, np.nan).astype(np.float32)
+    low = np.where(known, rows.min(axis=-1), np.nan).astype(np.float32)
+    return violation, low, rows < dead_fraction
+
+
 class LoadStatistics:
     """The ``moe/*`` scalars of one read of every router, with their tag names spelled once."""
 
@@ -50,41 +61,49 @@ class LoadStatistics:
         self.routers = routers
         self.dead_fraction = dead_fraction
         prefix = metrics.MOE_PREFIX
-        self._tags = [
-            tuple(f"{prefix}{group}/{name}" for name in metrics.MOE_LAYER_STATISTICS) for group in routers.groups
-        ]
-        self._bias_rows = np.array([kind == EXPERT_BIAS for kind in routers.kinds])
+        violation, minimum, dead = metrics.MOE_LAYER_STATISTICS
+        self._violation_tags = [f"{prefix}{group}/{violation}" for group in routers.groups]
+        self._min_tags = [f"{prefix}{group}/{minimum}" for group in routers.groups]
+        self._dead_tags = [f"{prefix}{group}/{dead}" for group in routers.groups]
         self._bias_tags = [f"{prefix}{group}/{metrics.MOE_BIAS_RANGE}" for group in routers.groups]
+        self._bias_rows = [index for index, kind in enumerate(routers.kinds) if kind == EXPERT_BIAS]
 
     def relative(self, loads: np.ndarray) -> np.ndarray:
-        """Each expert's load over its layer's mean (float64, L x E); NaN rows for layers without load."""
-        loads = np.asarray(loads, dtype=np.float64)
-        totals = loads.sum(axis=1, keepdims=True)
+        """Each expert's load over its layer's mean (float32 like the routers', L x E); NaN rows for layers
+        without load (0 x the infinite scale of an empty row)."""
+        loads = np.asarray(loads, dtype=np.float32)
         with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(totals > 0, loads * (loads.shape[1] / totals), np.nan)
+            return loads * (np.float32(loads.shape[1]) / loads.sum(axis=1))[:, None]
 
     def scalars(self, relative: np.ndarray, bias: np.ndarray | None = None) -> dict[str, float]:
-        """The tags of one read, from :meth:`relative` loads and the expert bias (L x E, or None)."""
-        known = ~np.isnan(relative[:, 0])
-        if not known.any():
+        """The tags of one read, from :meth:`relative` loads and the expert bias (L x E, or None): the
+        numbers of :func:`layer_statistics`, computed for one read on the training thread with whole-matrix
+        reductions and plain lists zipped with the tag names (no Python loop over the layers, and the
+        dead experts counted only in the rows that have one)."""
+        violations = (relative.max(axis=1) - 1.0).tolist()
+        lowest = relative.min(axis=1)
+        lows = lowest.tolist()
+        dead = [0.0] * len(lows)
+        for index in np.flatnonzero(lowest < self.dead_fraction).tolist():  # usually none: counted row by row
+            dead[index] = float(np.count_nonzero(relative[index] < self.dead_fraction))
+        values = dict(zip(self._violation_tags, violations, strict=True))
+        values.update(zip(self._min_tags, lows, strict=True))
+        values.update(zip(self._dead_tags, dead, strict=True))
+        held = [index for index, low in enumerate(lows) if low == low]  # NaN: a layer without load
+        if len(held) < len(lows):
+            for index in set(range(len(lows))) - set(held):
+                del values[self._violation_tags[index]], values[self._min_tags[index]], values[self._dead_tags[index]]
+            violations = [violations[index] for index in held]
+            dead = [dead[index] for index in held]
+        if not held:
             return {}
-        # Whole-matrix reductions, then plain lists: a few numpy calls whatever the number of layers.
-        rows = np.where(known[:, None], relative, 1.0)
-        violations = (rows.max(axis=1) - 1.0).tolist()
-        lows = rows.min(axis=1).tolist()
-        dead = (rows < self.dead_fraction).sum(axis=1).tolist()
-        values: dict[str, float] = {}
-        for index in np.flatnonzero(known).tolist():
-            violation_tag, min_tag, dead_tag = self._tags[index]
-            values[violation_tag] = violations[index]
-            values[min_tag] = lows[index]
-            values[dead_tag] = float(dead[index])
-        values[metrics.MOE_MAX_VIOLATION] = max(violations[i] for i in np.flatnonzero(known).tolist())
-        values[metrics.MOE_DEAD_EXPERTS] = float(sum(dead[i] for i in np.flatnonzero(known).tolist()))
-        if bias is not None and self._bias_rows.any():
+        values[metrics.MOE_MAX_VIOLATION] = max(violations)
+        values[metrics.MOE_DEAD_EXPERTS] = sum(dead)
+        if bias is not None and self._bias_rows:
             ranges = (bias.max(axis=1) - bias.min(axis=1)).tolist()
-            for index in np.flatnonzero(self._bias_rows & known).tolist():
-                values[self._bias_tags[index]] = ranges[index]
+            values.update(
+                (self._bias_tags[index], ranges[index]) for index in self._bias_rows if lows[index] == lows[index]
+            )
         return values
 
     def describe_collapse(self, relative: np.ndarray, group_index: int, top: int = 4) -> str:

@@ -67,21 +67,23 @@ class ExpertLoadRouting:
         if run is not None:
             if self._publishes:
                 listeners.publish_expert_loads(step, relative, self.statistics)
-            if self._recorder is not None:
-                self._queue_record(run, step, self._recorder.add(relative, bias))
+            if self._recorder is not None:  # averaged and encoded on the writer thread, in read order
+                run.add_built(step, functools.partial(self._record_event, relative, bias))
         return values
 
     def finish(self, run: RunWriter | None, step: int | None) -> None:
         """The reads of a record not yet due (end of training)."""
         if run is not None and self._recorder is not None and step is not None:
-            self._queue_record(run, step, self._recorder.take())
+            run.add_built(step, functools.partial(self._record_event, None, None))
 
-    def _queue_record(self, run: RunWriter, step: int, record: Any) -> None:
+    def _record_event(self, relative: np.ndarray | None, bias: np.ndarray | None, step: int, wall_time: float) -> Any:
+        """On the writer thread: the record when one is due (``relative`` None: whatever is pending), else
+        None (nothing written)."""
+        record = self._recorder.take() if relative is None else self._recorder.add(relative, bias)
         if record is None:
-            return
+            return None
         content, self._content = self._content, b""
-        build = functools.partial(tensor_event, tag=TAG, array=record, plugin_name=PLUGIN_NAME, content=content)
-        run.add_built(step, build)
+        return tensor_event(step, wall_time, TAG, record, PLUGIN_NAME, content)
 
 
 def router_options(
@@ -96,8 +98,8 @@ def router_options(
     interval can hold (the reads fall on logged steps that cross a multiple of ``moe_every``)."""
     if routers is None:
         return {}
-    channels = (LOAD, BIAS) if routers.has_bias else (LOAD,)
-    reads = reads_per_record(len(routers), routers.experts, len(channels), moe_every, record_budget)
+    channels = _channels(routers)
+    reads = record_reads(routers, moe_every, record_budget)
     layout = ExpertLayout(
         routers.groups, routers.experts, routers.top_k, routers.kinds, channels, moe_every, reads, dead_fraction
     )
@@ -108,3 +110,13 @@ def router_options(
         "expert_layout": layout,
         "expert_reads_per_interval": max(per_interval, 1),
     }
+
+
+def _channels(routers: RouterSet) -> tuple[str, ...]:
+    return (LOAD, BIAS) if routers.has_bias else (LOAD,)
+
+
+def record_reads(routers: RouterSet, moe_every: int, record_budget: float) -> int:
+    """How many reads of the routers one ``moe/load`` record covers (the expert bias is read once per
+    record: it moves slowly, and each read costs one host copy per layer)."""
+    return reads_per_record(len(routers), routers.experts, len(_channels(routers)), moe_every, record_budget)

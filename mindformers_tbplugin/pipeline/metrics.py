@@ -157,12 +157,11 @@ def train_metrics(step: int, net_outputs: Any) -> StepMetrics:
     return StepMetrics(step, {} if loss is None else {TRAIN_LOSS: loss}, model)
 
 
-def local_norm_squares(net_outputs: Any) -> Any:
+def local_norm_output(net_outputs: Any) -> Any:
     """The per-parameter squared gradient norms that MindFormers' wrappers return as their sixth
-    output with ``local_norm: True`` (one host copy of one vector), or None."""
-    if isinstance(net_outputs, (tuple, list)) and len(net_outputs) == 7 and net_outputs[5] is not None:
-        squares = net_outputs[5]
-        return squares.asnumpy() if hasattr(squares, "asnumpy") else squares
+    output with ``local_norm: True`` (a tensor), or None."""
+    if isinstance(net_outputs, (tuple, list)) and len(net_outputs) == 7:
+        return net_outputs[5]
     return None
 
 

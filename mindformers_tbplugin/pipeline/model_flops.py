@@ -43,11 +43,11 @@ PEAK = Kind(
 
 
 def estimate_flops_per_step(
-    matrix_parameters: int, layers: int, attention_width: int, seq_length: int, samples_per_step: float
+    matrix_parameters: float, layers: int, attention_width: int, seq_length: int, samples_per_step: float
 ) -> float:
     """Forward + backward FLOPs of one step of ``samples_per_step`` sequences of ``seq_length`` tokens.
-    ``matrix_parameters``: the elements of every weight matrix but the input embedding table (a
-    lookup, no multiply); ``attention_width``: heads x head size."""
+    ``matrix_parameters``: the elements of every weight matrix a token passes through, but the input
+    embedding table (a lookup, no multiply); ``attention_width``: heads x head size."""
     tokens = samples_per_step * seq_length
     return 6.0 * tokens * (matrix_parameters + layers * seq_length * attention_width)
 

@@ -37,7 +37,12 @@ compute. Paths are those of the installed mindformers 1.9.0 package; T = mindfor
    only, the call gets data_parallel_size = the world size. (semi_auto_parallel, the real configs'
    mode, does not compile on CPU: "RuntimeError: Invalid backend: CPU",
    mindspore/ccsrc/frontend/parallel/graph_util/pipeline_split_utils.cc:1464 GetWorldGroup.)
+8. SplitWithSize ("Unsupported op [SplitWithSize] on CPU" in MindSpore 2.7, used by MindFormers
+   1.7-1.8's attention, MLP, MLA and activation cells): StridedSlice per chunk. And MindFormers 1.7's
+   FFNGroupedGEMM has no num_tokens_per_expert, which the dense mixture reads: set to None.
 """
+
+import importlib
 
 import mindspore as ms
 from mindspore import ops
@@ -167,6 +172,43 @@ def _dense_moe_construct(self, tokens, probs, routing_map):
     return ops.cast(ops.reshape(out, shape), dtype)
 
 
+class _CpuSplitWithSize(ms.nn.Cell):
+    """SplitWithSize(x, split_size, dim) via StridedSlice: MindSpore 2.7 has no CPU kernel for it
+    ("Unsupported op [SplitWithSize] on CPU"; 2.9 has one). shard()/add_prim_attr() accepted, ignored."""
+
+    def __init__(self):
+        super().__init__()
+        self.slice = P.StridedSlice()
+
+    def construct(self, x, split_size, dim=0):
+        shape = x.shape
+        rank = len(shape)
+        axis = dim % rank
+        outs = ()
+        start = 0
+        for size in split_size:
+            begin = tuple(start if i == axis else 0 for i in range(rank))
+            end = tuple(start + size if i == axis else shape[i] for i in range(rank))
+            outs = outs + (self.slice(x, begin, end, (1,) * rank),)  # noqa: RUF005 (graph-mode syntax)
+            start = start + size
+        return outs
+
+    def shard(self, *args, **kwargs):
+        return self
+
+    def add_prim_attr(self, *args, **kwargs):
+        return self
+
+    def recompute(self, *args, **kwargs):
+        return self
+
+
+def _split_with_size_needs_stand_in():
+    """True when this MindSpore has no CPU kernel for SplitWithSize (2.7)."""
+    major, minor = (int(v) for v in ms.__version__.split(".")[:2])
+    return (major, minor) < (2, 8)
+
+
 def apply():
     """Install the stand-ins (class attributes of MindFormers' mcore training cells); idempotent."""
     if _APPLIED:
@@ -223,6 +265,14 @@ def apply():
     # 5. + 6. MoE router top-k and experts
     router.TopkExt = _CpuTopkExt
     ffn.FFNGroupedGEMM.construct = _dense_moe_construct
+    ffn_init = ffn.FFNGroupedGEMM.__init__
+
+    def ffn_init_cpu(self, *args, **kwargs):
+        ffn_init(self, *args, **kwargs)
+        if not hasattr(self, "num_tokens_per_expert"):  # mindformers < 1.8: no print_expert_load counter
+            self.num_tokens_per_expert = None
+
+    ffn.FFNGroupedGEMM.__init__ = ffn_init_cpu
 
     # 7. data parallel under msrun
     init_mp = gpt_model.initialize_model_parallel
@@ -233,4 +283,16 @@ def apply():
         return init_mp(*args, **kwargs)
 
     gpt_model.initialize_model_parallel = init_mp_cpu
+
+    # 8. SplitWithSize (MindSpore 2.7: no CPU kernel). attention.py and activation.py look it up as
+    # aclnn_ops.SplitWithSize (= mindspore.ops.auto_generate) when a cell is built; mlp.py and
+    # multi_latent_attention.py bound the class at import.
+    if _split_with_size_needs_stand_in():
+        from mindspore.ops import auto_generate
+
+        auto_generate.SplitWithSize = _CpuSplitWithSize
+        for name in ("mlp", "multi_latent_attention"):
+            module = importlib.import_module(f"mindformers.parallel_core.training_graph.transformer.{name}")
+            if hasattr(module, "SplitWithSize"):
+                module.SplitWithSize = _CpuSplitWithSize
     _APPLIED.append(True)
