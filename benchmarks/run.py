@@ -23,6 +23,7 @@ from benchmarks import (
     histogram_cost,
     import_cost,
     layer_norms,
+    moe_cost,
     moe_dashboard,
     monitor_cost,
     queue_memory,
@@ -41,6 +42,7 @@ SECTIONS = [
     training_overhead,
     monitor_cost,
     layer_norms,
+    moe_cost,
     ranks_dashboard,
     moe_dashboard,
 ]

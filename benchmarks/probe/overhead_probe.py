@@ -51,6 +51,10 @@ class OverheadProbe(Callback):
         self.writer_cpu_at_warmup = 0.0
         self.output = Path(output)
         self.monitor = TensorBoardMonitor(**(monitor or {}))
+        # An mcore model's accumulators are read ahead of MindFormers' callbacks, not in the monitor's step end:
+        # in the "off" blocks they must not be read either.
+        due = self.monitor._accumulators_due
+        self.monitor._accumulators_due = lambda step: due(step) if self._is_on(step) else (False, False)
         self.starts: list[float] = []
         self.on_steps: list[int] = []
         self.inside_seconds: list[float] = []

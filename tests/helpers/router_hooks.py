@@ -1,9 +1,10 @@
 """Test-only callbacks for mcore MoE models (loaded through PYTHONPATH / auto_register).
 
 ``RouterProbe`` writes every router's per-expert load accumulator (``expert_load``, or ``fi_accu`` of
-``gbs_aux_loss`` routers) of each step to the JSON-lines file MFTB_TEST_ROUTER_LOADS, read at the
+``gbs_aux_loss`` routers) of each step to the JSON-lines file MFTB_TEST_ROUTER_LOADS: read at the
 start of the step end, before MindFormers' callbacks zero it (by its own hook in front of the first
-callback: an implementation of its own, to check the monitor's against).
+callback: an implementation of its own, to check the monitor's against), and again at its own step
+end, after them (``after``: what the next step adds to, where nothing zeroes it).
 ``CollapseLayer`` sets one layer's expert bias from step ``step`` on, so that its top-k selection
 skips some experts: a real routing collapse (the router's scores are untouched; the bias only moves
 which experts are chosen).
@@ -33,18 +34,24 @@ class RouterProbe(Callback):
         original = first.on_train_step_end
 
         def read_first(context):
-            self._write(context.original_args())
+            self.before = _loads(context.original_args())
             return original(context)
 
         first.on_train_step_end = read_first
 
-    def _write(self, cb_params):
-        loads = {}
-        for name, router in _routers(cb_params):
-            accumulator = router.expert_load if getattr(router, "expert_load", None) is not None else router.fi_accu
-            loads[name] = np.array(accumulator.asnumpy(), dtype=np.float64).tolist()
+    def on_train_step_end(self, run_context):
+        cb_params = run_context.original_args()
+        record = {"step": int(cb_params.cur_step_num), "loads": self.before, "after": _loads(cb_params)}
         with open(os.environ["MFTB_TEST_ROUTER_LOADS"], "a", encoding="utf-8") as file:
-            file.write(json.dumps({"step": int(cb_params.cur_step_num), "loads": loads}) + "\n")
+            file.write(json.dumps(record) + "\n")
+
+
+def _loads(cb_params):
+    loads = {}
+    for name, router in _routers(cb_params):
+        accumulator = router.expert_load if getattr(router, "expert_load", None) is not None else router.fi_accu
+        loads[name] = np.array(accumulator.asnumpy(), dtype=np.float64).tolist()
+    return loads
 
 
 class CollapseLayer(Callback):
