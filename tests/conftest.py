@@ -8,6 +8,7 @@ MindFormers, TensorBoard servers, a browser); ``make test-fast`` runs the others
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -16,6 +17,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # MindSpore switches protobuf to its pure-Python implementation when it is imported, and its
 # generated modules fail to load if protobuf was already loaded otherwise. Tests import TensorBoard's
@@ -45,6 +47,17 @@ def subprocess_env(**extra: str) -> dict[str, str]:
         extra = {**extra, "PYTHONPATH": f"{extra['PYTHONPATH']}{os.pathsep}{env['PYTHONPATH']}"}
     env.update(extra)
     return env
+
+
+def printed_json(code: str, cwd: Path, prefix: str) -> Any:
+    """Runs ``code`` in a fresh interpreter (MindFormers' context is process-wide and it logs under ./output)
+    and returns the JSON it printed after ``prefix`` on a line of its own."""
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, env=subprocess_env(), capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith(prefix + " ")]
+    return json.loads(line.removeprefix(prefix + " "))
 
 
 def write_tiny_config(

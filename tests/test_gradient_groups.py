@@ -6,15 +6,12 @@ of real mcore models built by MindFormers (slow); real trainings: tests/test_lay
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import subprocess_env
+from conftest import printed_json
 from test_metric_router import fresh_listeners, make_job, train  # noqa: F401  (fixture used by the router tests)
 
 from mindformers_tbplugin.alerts.culprits import GradientCulprits
@@ -101,17 +98,7 @@ MCORE_PARTS = {"embedding.": "embedding", "decoder.final_layernorm.": "final_nor
 
 @pytest.mark.slow
 def test_real_mcore_models_group_by_layer(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", BUILD_MCORE_MODELS],
-        cwd=tmp_path,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
-    (line,) = [line for line in result.stdout.splitlines() if line.startswith("NAMES ")]
-    names = json.loads(line.removeprefix("NAMES "))
+    names = printed_json(BUILD_MCORE_MODELS, tmp_path, "NAMES")
     for model, groups in {
         "qwen3": ("embedding", "layers.0", "layers.1", "final_norm", "head"),
         "deepseek_v3": ("embedding", "layers.0", "layers.1", "mtp.layers.0", "final_norm", "head"),

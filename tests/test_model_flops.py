@@ -4,13 +4,10 @@ mcore models (a dense Qwen3, where both count the same work, and a DeepSeek-V3 w
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import subprocess_env
+from conftest import printed_json
 from test_gradient_groups import BUILD_MCORE_MODELS
 
 from mindformers_tbplugin.pipeline import metrics
@@ -71,17 +68,7 @@ print("FLOPS " + json.dumps(found))
 
 @pytest.mark.slow
 def test_the_estimate_beside_mindformers_formula_on_real_mcore_models(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", ESTIMATE_BESIDE_FORMULA],
-        cwd=tmp_path,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
-    (line,) = [line for line in result.stdout.splitlines() if line.startswith("FLOPS ")]
-    found = json.loads(line.removeprefix("FLOPS "))
+    found = printed_json(ESTIMATE_BESIDE_FORMULA, tmp_path, "FLOPS")
     formula, estimate = found["qwen3"]
     assert estimate == pytest.approx(formula, rel=0.02)  # a dense decoder: the same count, norms aside
     formula, estimate = found["deepseek_v3"]
