@@ -88,7 +88,7 @@ browser:
 		else echo "browser: NOTE: apt-get could not install chromium + chromium-driver: the browser test will SKIP"; fi; \
 	else echo "browser: NOTE: no chromium + chromium-driver, and installing them needs root and apt-get: the browser test will SKIP"; fi
 
-# Regenerates the README's picture: a tiny training shown by `mftb tensorboard` in headless Chromium.
+# Regenerates the README's pictures: tiny trainings shown by `mftb tensorboard` in headless Chromium.
 screenshot: $(INSTALLED) browser
 	rm -rf docs/.new && mkdir docs/.new
 	MFTB_SCREENSHOTS=$(CURDIR)/docs/.new PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q tests/test_browser.py

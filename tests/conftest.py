@@ -37,6 +37,12 @@ MF_LOSS_LINE = re.compile(
 )
 
 
+def documentation() -> str:
+    """README.md and every page of docs/, one text: what the tests check the code against."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    return "\n".join(page.read_text(encoding="utf-8") for page in pages)
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     """Environment for child processes: the venv first on PATH (msrun starts `python` from PATH). A
     PYTHONPATH given goes before the inherited one, which stays (it may hold a MindFormers checkout)."""

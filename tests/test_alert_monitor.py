@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import MFTB, REPO, TrainingRun, read_scalars, subprocess_env, train, write_tiny_config
+from conftest import MFTB, TrainingRun, documentation, read_scalars, subprocess_env, train, write_tiny_config
 
 # MindSpore must be imported before any protobuf user (tensorboard, tensorboardX protos): its import
 # switches protobuf to the pure-Python implementation, which fails once protobuf is loaded.
@@ -80,7 +80,7 @@ def test_it_says_at_start_what_it_watches_and_at_the_end_what_nothing_wrote(dive
 
 
 def test_mftb_train_exits_with_its_alert_status_naming_the_rule(diverged_run: TrainingRun) -> None:
-    assert STOPPED_BY_ALERT == 3  # the fixture checked the exit status; documented in the README
+    assert STOPPED_BY_ALERT == 3  # the fixture checked the exit status; documented in docs/alerts.md
     line = "mftb train: stopped by AlertMonitor (nonfinite on train/loss) at step 2; exit status 3"
     assert line in diverged_run.output.splitlines()
     assert "Traceback" not in diverged_run.output
@@ -169,7 +169,7 @@ def _readme_default(value: object) -> str:
 
 
 def test_readme_documents_alert_monitor_and_every_rule_parameter() -> None:
-    readme = (REPO / "README.md").read_text()
+    readme = documentation()
     start = readme.index("Every parameter of `AlertMonitor`")
     table = re.search(r"(?:^\|.*\n)+", readme[start:], flags=re.M).group(0)
     rows = dict(re.findall(r"^\| `(\w+)` \| `([^`]*)` \|", table, flags=re.M))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import MFTB, REPO, subprocess_env
+from conftest import MFTB, REPO, documentation, subprocess_env
 
 from mindformers_tbplugin.callbacks.catalog import our_callbacks
 from mindformers_tbplugin.config import replacements
@@ -599,14 +599,14 @@ def test_the_loss_part_note_says_what_mindformers_does() -> None:
 
 
 def test_the_readme_names_every_tag_the_builtin_writer_wrote() -> None:
-    """Each tag MindFormers' writer writes has its row in README's table, each "vs samples" twin its tag's."""
+    """Each tag MindFormers' writer writes has its row in docs/migration.md's table, each "vs samples" twin its tag's."""
     spec = importlib.util.find_spec("mindformers")
     if spec is None or spec.origin is None:
         pytest.skip("no MindFormers installed")
     source = (Path(spec.origin).parent / "core" / "callback" / "callback.py").read_text()
     calls = re.findall(r"\.add_scalars?\(\s*f?(['\"])(.+?)\1", source)
     tags = {tag.replace("{layer}", "<router>") for _, tag in calls}
-    readme = (REPO / "README.md").read_text()
+    readme = documentation()
     section = readme[readme.index("## Coming from MindFormers' `tensorboard:` section") :]
     rows = {row.split(" | ")[0].strip("| ") for row in section[: section.index("\n\n`train/loss_lm`")].splitlines()}
     twins = next(row for row in rows if row.startswith("`<tag> vs samples` of "))

@@ -1,4 +1,4 @@
-"""README stays in step with the code; the benchmark harness produces a well-formed table."""
+"""README and docs/ stay in step with the code; the benchmark harness produces a well-formed table."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, read_scalars, subprocess_env, train, write_tiny_config
+from conftest import REPO, documentation, read_scalars, subprocess_env, train, write_tiny_config
 from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
 
 from mindformers_tbplugin.callbacks import HistogramMonitor, TensorBoardMonitor
@@ -32,7 +32,7 @@ def _option_rows(readme: str, callback: type) -> dict[str, str]:
 
 @pytest.mark.parametrize("callback", [TensorBoardMonitor, HistogramMonitor])
 def test_readme_documents_every_option_with_its_default(callback: type) -> None:
-    rows = _option_rows((REPO / "README.md").read_text(), callback)
+    rows = _option_rows(documentation(), callback)
     params = params_of(callback)
     assert set(rows) == {p.name for p in params}
     for param in params:
@@ -76,14 +76,14 @@ def test_benchmark_harness_writes_a_table(tmp_path: Path) -> None:
 
 
 def _block(readme: str, language: str, first_line: str) -> str:
-    """The README code block in ``language`` whose first line is ``first_line``."""
+    """The code block in ``language`` whose first line is ``first_line``."""
     match = re.search(rf"```{language}\n({re.escape(first_line)}\n.*?)```", readme, flags=re.S)
-    assert match, f"no {language} block starting with {first_line!r} in README.md"
+    assert match, f"no {language} block starting with {first_line!r} in docs/custom-metrics.md"
     return match.group(1)
 
 
-def test_the_readme_callback_example_runs_as_written(tmp_path: Path, tiny_data: Path) -> None:
-    readme = (REPO / "README.md").read_text()
+def test_the_documented_callback_example_runs_as_written(tmp_path: Path, tiny_data: Path) -> None:
+    readme = (REPO / "docs" / "custom-metrics.md").read_text()
     folder = tmp_path / "team_callbacks"
     folder.mkdir()
     (folder / "epoch_notes.py").write_text(_block(readme, "python", "# team_callbacks/epoch_notes.py"))
@@ -98,3 +98,34 @@ def test_the_readme_callback_example_runs_as_written(tmp_path: Path, tiny_data: 
     accumulator.Reload()
     (note,) = accumulator.Tensors("notes/run")
     assert note.tensor_proto.string_val[0].decode() == "tokenizer v2, dedup pass 3"
+
+
+def test_readme_is_a_first_read() -> None:
+    """The reference lives in docs/; the README stays short."""
+    assert len((REPO / "README.md").read_text().splitlines()) <= 300
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _anchors(page: Path) -> set[str]:
+    """GitHub's anchors of a page's headings (outside code blocks)."""
+    anchors, fenced = set(), False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        fenced = fenced != line.startswith("```")
+        if not fenced and (heading := re.match(r"#+ (.*)", line)):
+            anchors.add(re.sub(r"[^\w\- ]", "", heading.group(1).strip().lower()).replace(" ", "-"))
+    return anchors
+
+
+@pytest.mark.parametrize("page", ["README.md", *sorted(p.name for p in (REPO / "docs").glob("*.md"))])
+def test_every_link_between_the_pages_leads_somewhere(page: str) -> None:
+    path = REPO / page if page == "README.md" else REPO / "docs" / page
+    for target in LINK.findall(path.read_text(encoding="utf-8")):
+        if target.startswith(("http://", "https://")):
+            continue
+        file, _, anchor = target.partition("#")
+        linked = (path.parent / file).resolve() if file else path
+        assert linked.exists(), f"{page}: {target}"
+        if anchor and linked.suffix == ".md":
+            assert anchor in _anchors(linked), f"{page}: {target}"

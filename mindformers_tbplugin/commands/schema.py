@@ -36,7 +36,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def markdown_tables(ours: dict[str, type]) -> str:
-    """One ``| option | default | meaning |`` table per callback type, as README.md lays them out."""
+    """One ``| option | default | meaning |`` table per callback type, as docs/options.md lays them out."""
     from mindformers_tbplugin.config.schema import params_of
 
     sections = []

@@ -1,7 +1,7 @@
 """The ``ranks`` TensorBoard plugin: a rank x step heatmap, the stragglers, one rank's series.
 
 Its frontend is ``ranks_frontend/index.js``; the JSON routes under ``/data/plugin/ranks/`` serve scripts
-as well (see the README). What all record plugins share is in :mod:`.plugin_routes`.
+as well (docs/ranks-dashboard.md). What all record plugins share is in :mod:`.plugin_routes`.
 """
 
 from __future__ import annotations
