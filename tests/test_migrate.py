@@ -598,8 +598,8 @@ def test_the_loss_part_note_says_what_mindformers_does() -> None:
     assert '"print_separate_loss": print_separate_loss,' in trainer  # handed to the wrapper
 
 
-def test_the_readme_names_every_tag_the_builtin_writer_wrote() -> None:
-    """Each tag MindFormers' writer writes has its row in docs/migration.md's table, each "vs samples" twin its tag's."""
+def test_the_docs_name_every_tag_the_builtin_writer_wrote() -> None:
+    """Each tag MindFormers' writer writes has its row in docs/migration.md, each "vs samples" twin its tag's."""
     spec = importlib.util.find_spec("mindformers")
     if spec is None or spec.origin is None:
         pytest.skip("no MindFormers installed")
