@@ -15,7 +15,7 @@ from test_metric_router import Rank, make_job, train
 
 from mindformers_tbplugin.alerts.expert_culprits import ExpertCulprits
 from mindformers_tbplugin.alerts.record import Alert
-from mindformers_tbplugin.pipeline import expert_routing, listeners
+from mindformers_tbplugin.pipeline import expert_routing
 from mindformers_tbplugin.pipeline.aggregation import ExpertLoadAggregator
 from mindformers_tbplugin.pipeline.expert_load import AUX_LOSS, EXPERT_BIAS, LoadStatistics, RouterSet
 from mindformers_tbplugin.pipeline.expert_records import (
@@ -26,16 +26,6 @@ from mindformers_tbplugin.pipeline.expert_records import (
     reads_per_record,
 )
 from mindformers_tbplugin.pipeline.metrics import StepMetrics
-
-
-@pytest.fixture(autouse=True)
-def fresh_listeners(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The listener registries and the job-stop state are process-wide: each test starts from none."""
-    monkeypatch.setattr(listeners, "_listeners", [])
-    monkeypatch.setattr(listeners, "_expert_load_listeners", [])
-    monkeypatch.setattr(listeners, "_stop_carriers", 0)
-    monkeypatch.setattr(listeners, "_stop_requested", False)
-
 
 ROUTERS = RouterSet(("layers.1", "layers.2", "mtp.layers.0"), 4, 2, (EXPERT_BIAS, EXPERT_BIAS, EXPERT_BIAS))
 NAN = math.nan
@@ -202,7 +192,7 @@ def test_two_ranks_write_the_mean_load_at_its_step_with_its_record() -> None:
     ranks = make_job(2, aggregate_every=4, **options)
     events = record_events(ranks)
     published: list[int] = []
-    listeners.subscribe_expert_loads(lambda step, relative, statistics: published.append(step))
+    ranks[0].router.run.subscribe_expert_loads(lambda step, relative, statistics: published.append(step))
     train(ranks, range(1, 9), moe_step)
     main = ranks[0].main
     # layer 2: the mean of [1, 1, 1, 1] and [0, 0, 2, 2] = [0.5, 0.5, 1.5, 1.5]

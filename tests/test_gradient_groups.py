@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import printed_json
-from test_metric_router import fresh_listeners, make_job, train  # noqa: F401  (fixture used by the router tests)
+from test_metric_router import make_job, train
 
 from mindformers_tbplugin.alerts.culprits import GradientCulprits
 from mindformers_tbplugin.alerts.record import Alert

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 from conftest import plugin_log, read_scalars
 
-from mindformers_tbplugin.pipeline import listeners
 from mindformers_tbplugin.pipeline.aggregation import MAX_DATA_TAGS
 from mindformers_tbplugin.pipeline.metrics import StepMetrics
 from mindformers_tbplugin.pipeline.routing import MetricRouter, RouterOptions
+from mindformers_tbplugin.pipeline.run import JobStop
 from mindformers_tbplugin.pipeline.topology import Topology
 
 LOSS, LR = "train/loss", "train/lr"
@@ -175,14 +175,6 @@ def train(
     run_ranks(ranks, [script(rank) for rank in ranks])
 
 
-@pytest.fixture(autouse=True)
-def fresh_listeners(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The listener registry and the job-stop state are process-wide: each test starts from none."""
-    monkeypatch.setattr(listeners, "_listeners", [])
-    monkeypatch.setattr(listeners, "_stop_carriers", 0)
-    monkeypatch.setattr(listeners, "_stop_requested", False)
-
-
 def dp_metrics(rank: int, step: int) -> StepMetrics:
     """Rank 1's loss is rank 0's + 2 (their mean: step + 1.5); rank 1 is 200 ms slower and uses less memory.
     All values are exact in float32, the collective's type."""
@@ -198,7 +190,7 @@ def dp_metrics(rank: int, step: int) -> StepMetrics:
 def test_data_metrics_are_the_mean_over_data_parallel_ranks() -> None:
     ranks = make_job(2, aggregate_every=4, vs_samples=True, samples_per_step=8.0)
     published: list[tuple[int, dict[str, float]]] = []
-    listeners.subscribe(lambda step, values: published.append((step, dict(values))))
+    ranks[0].router.run.subscribe(lambda step, values: published.append((step, dict(values))))
     train(ranks, range(1, 9), dp_metrics)
     main = ranks[0].main
     assert ranks[1].main is None
@@ -299,7 +291,7 @@ def test_job_throughput_is_the_sum_over_data_parallel_replicas_per_interval() ->
     # the interval. Rank 1 runs at 4. Each rank's replica reads half of the job's 8 samples per step.
     ranks = make_job(2, aggregate_every=4)
     published: list[tuple[int, dict[str, float]]] = []
-    listeners.subscribe(lambda step, values: published.append((step, dict(values))))
+    ranks[0].router.run.subscribe(lambda step, values: published.append((step, dict(values))))
     train(ranks, range(1, 9), throughput_metrics({0: [8.0, 2.0], 1: [4.0]}))
     main = ranks[0].main
     expected = 3.2 / 2 + 4.0 / 2
@@ -467,7 +459,7 @@ def test_a_stop_request_on_one_rank_rides_in_the_aggregation_and_stops_every_ran
 
     def before_step(rank: int, step: int) -> None:
         if rank == 1 and step == 2:  # e.g. an alert with action: stop, on a rank that does not write
-            assert listeners.request_job_stop()
+            assert ranks[1].router.run.stop.request()
 
     def after_step(rank: int, step: int) -> None:
         if ranks[rank].router.stop_agreed:
@@ -477,48 +469,44 @@ def test_a_stop_request_on_one_rank_rides_in_the_aggregation_and_stops_every_ran
     # Both ranks learn it from the interval's one collective (step 4), none before.
     assert agreed_after == {0: [4, 5, 6, 7, 8], 1: [4, 5, 6, 7, 8]}
     assert [rank.collectives.calls for rank in ranks] == [2, 2]
-    assert not listeners.take_stop_request()  # consumed by the aggregation that carried it
+    assert not ranks[1].router.run.stop.take_request()  # consumed by the aggregation that carried it
 
 
 def test_a_stop_request_without_aggregation_is_refused() -> None:
     ranks = make_job(2, aggregate_every=0)  # nothing carries it to the other ranks
-    assert not listeners.request_job_stop()
+    assert not ranks[0].router.run.stop.request()
     train(ranks, range(1, 3), dp_metrics)
     assert not any(rank.router.stop_agreed for rank in ranks)
 
 
 def test_the_stop_carrier_is_released_at_the_end() -> None:
     ranks = make_job(2, aggregate_every=2)
-    assert listeners.request_job_stop()
+    assert ranks[0].router.run.stop.request()
     train(ranks, range(1, 3), dp_metrics)
     assert all(rank.router.stop_agreed for rank in ranks)
-    assert not listeners.request_job_stop()  # both routers finished: no carrier left
+    assert not ranks[0].router.run.stop.request()  # its router finished: no carrier left
 
 
 def test_what_a_training_stopped_by_an_alert_says_on_each_rank() -> None:
     """meta/status and mftb train's line: the requesting (writing) rank names the rule; ranks that
     learned of the stop from the aggregation name the rank; a single process stops at the alert."""
     said = []
-    listeners.add_stop_carrier()
-    try:
-        for request in (True, False):
-            listeners.reset_job_stop()
-            if request:
-                assert listeners.request_job_stop("spike on train/loss", 3)
-            listeners.stop_agreed(writer_rank=0)
-            said.append(listeners.finish_alert_stop(4).status())
-    finally:
-        listeners.remove_stop_carrier()
-    listeners.reset_job_stop()
-    listeners.stop_alone("nonfinite on train/loss", 2)
-    said.append(listeners.finish_alert_stop(2).status())
+    for request in (True, False):
+        stop = JobStop()
+        stop.carriers = 1  # a router that aggregates
+        if request:
+            assert stop.request("spike on train/loss", 3)
+        stop.agreed(writer_rank=0)
+        said.append(stop.finish(4).status())
+    stop = JobStop()
+    stop.alone("nonfinite on train/loss", 2)
+    said.append(stop.finish(2).status())
     assert said == [
         "stopped by AlertMonitor (spike on train/loss at step 3) at step 4",
         "stopped by AlertMonitor (an alert on rank 0) at step 4",
         "stopped by AlertMonitor (nonfinite on train/loss) at step 2",
     ]
-    listeners.reset_job_stop()
-    assert listeners.alert_stop() is None and not listeners.take_stop_request()
+    assert JobStop().finish(1) is None and not JobStop().take_request()
 
 
 # -- wired by TensorBoardMonitor, with real event files -----------------------------------------------
@@ -528,9 +516,10 @@ def _monitor_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, per_rank_limit
     from mindformers_tbplugin.callbacks import tensorboard_monitor
     from mindformers_tbplugin.framework.model_facts import ModelFacts
     from mindformers_tbplugin.framework.trainers import StepEnd, TrainStart
+    from mindformers_tbplugin.session import monitor_session
 
     group, this_rank = Group(2), threading.local()
-    monkeypatch.setattr(tensorboard_monitor, "Collectives", lambda: FakeCollectives(group, this_rank.value))
+    monkeypatch.setattr(monitor_session, "Collectives", lambda: FakeCollectives(group, this_rank.value))
     options = {"log_hparams": False, "log_config": False, "log_graph": False, "log_eval": False}
     monitors = [
         tensorboard_monitor.TensorBoardMonitor(

@@ -22,6 +22,7 @@ PER_STEP_TAGS = {
     "perf/step_time_ms",
     "perf/samples_per_s",
     "perf/tokens_per_s",
+    "perf/model_tflops_per_device",  # the estimate for a legacy model (no MFU: no peak on a CPU)
     "system/host_rss_gb",
     "custom/step_parity",
     "custom/batch_tokens",

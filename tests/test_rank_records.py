@@ -18,7 +18,6 @@ from tensorboard.backend.event_processing.event_accumulator import TENSORS, Even
 from tensorboard.util import tensor_util
 from test_metric_router import FakeCollectives, Group, Rank, dp_metrics, make_job, run_ranks, train
 
-from mindformers_tbplugin.callbacks import run_folder
 from mindformers_tbplugin.pipeline import rank_layout
 from mindformers_tbplugin.pipeline.metrics import StepMetrics
 from mindformers_tbplugin.pipeline.rank_records import (
@@ -31,6 +30,7 @@ from mindformers_tbplugin.pipeline.rank_records import (
 )
 from mindformers_tbplugin.pipeline.routing import MetricRouter, RouterOptions
 from mindformers_tbplugin.pipeline.topology import Topology
+from mindformers_tbplugin.session import run_folder
 from mindformers_tbplugin.tfevents.reader import EventFileReader, scan_file
 
 NAN = math.nan
@@ -203,9 +203,10 @@ def monitor_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, world_size: int
     from mindformers_tbplugin.callbacks import tensorboard_monitor
     from mindformers_tbplugin.framework.model_facts import ModelFacts
     from mindformers_tbplugin.framework.trainers import StepEnd, TrainStart
+    from mindformers_tbplugin.session import monitor_session
 
     group, this_rank = Group(world_size), threading.local()
-    monkeypatch.setattr(tensorboard_monitor, "Collectives", lambda: FakeCollectives(group, this_rank.value))
+    monkeypatch.setattr(monitor_session, "Collectives", lambda: FakeCollectives(group, this_rank.value))
     quiet = {"log_hparams": False, "log_config": False, "log_graph": False, "log_eval": False, "param_norm_every": 0}
     monitors = [
         tensorboard_monitor.TensorBoardMonitor(

@@ -26,6 +26,7 @@ from typing import Any
 from mindspore.train import Callback
 
 from mindformers_tbplugin import TensorBoardMonitor
+from mindformers_tbplugin.session.monitor_session import MonitorSession
 
 BLOCK_PATTERN = (False, True, True, False)
 
@@ -52,9 +53,11 @@ class OverheadProbe(Callback):
         self.output = Path(output)
         self.monitor = TensorBoardMonitor(**(monitor or {}))
         # An mcore model's accumulators are read ahead of MindFormers' callbacks, not in the monitor's step end:
-        # in the "off" blocks they must not be read either.
-        due = self.monitor._accumulators_due
-        self.monitor._accumulators_due = lambda step: due(step) if self._is_on(step) else (False, False)
+        # in the "off" blocks they must not be read either (this process runs one training: patched class-wide).
+        due = MonitorSession._accumulators_due
+        MonitorSession._accumulators_due = lambda session, step: (
+            due(session, step) if self._is_on(step) else (False, False)
+        )
         self.starts: list[float] = []
         self.on_steps: list[int] = []
         self.inside_seconds: list[float] = []

@@ -14,7 +14,8 @@ from mindformers_tbplugin.config.schema import ConfigError, Problem, check_entry
 from mindformers_tbplugin.framework.layer_norms import wrapper_computes_local_norms
 from mindformers_tbplugin.framework.trainers import MonitorCallback, TrainStart
 from mindformers_tbplugin.log import logger
-from mindformers_tbplugin.pipeline import listeners, metrics
+from mindformers_tbplugin.pipeline import metrics
+from mindformers_tbplugin.pipeline.run import Run, training_run
 
 DEFAULT_SINKS = ("log", "tensorboard")
 
@@ -62,6 +63,7 @@ class AlertMonitor(MonitorCallback):
         self._groups_expected = False  # per-layer gradient norms are on: wait for them to name culprits
         self._held: list[Alert] = []  # gradient alerts whose step's group norms are not written yet
         self.fired: list[Alert] = []
+        self._run = Run()  # the training's, from train begin
 
     @classmethod
     def check_cross_fields(cls, arguments: Mapping[str, Any]) -> list[Problem]:
@@ -104,8 +106,9 @@ class AlertMonitor(MonitorCallback):
         self._request_stop = start.request_stop
         self._steps_seen = 0
         self._groups_expected = wrapper_computes_local_norms(start.train_network)
-        listeners.subscribe(self._on_values)
-        listeners.subscribe_expert_loads(self._experts.remember)
+        self._run = training_run(start.training)
+        self._run.subscribe(self._on_values)
+        self._run.subscribe_expert_loads(self._experts.remember)
 
     def train_ended(self, failure: str | None) -> None:
         self._finish()
@@ -117,7 +120,7 @@ class AlertMonitor(MonitorCallback):
         if self._unwritten:  # empty after the first steps: nothing to do on the hot path
             self._unwritten.difference_update(values.keys())
         if not self._engine.run:  # TensorBoardMonitor names its run at its own train begin
-            self._engine.run = listeners.main_run()
+            self._engine.run = self._run.name
         fired = [self._experts.annotate(alert) for alert in self._engine.observe(step, values)]
         if not self._groups_expected:
             if fired:
@@ -155,9 +158,9 @@ class AlertMonitor(MonitorCallback):
         cause = f"{alert.rule} on {alert.tag}"
         if not self._several_ranks:
             logger.warning("AlertMonitor: stopping training after step %d (%s: %s)", step, alert.rule, alert.tag)
-            listeners.stop_alone(cause, step)
+            self._run.stop.alone(cause, step)
             self._request_stop()
-        elif listeners.request_job_stop(cause, step):
+        elif self._run.stop.request(cause, step):
             logger.warning(
                 "AlertMonitor: %s: %s at step %d; every rank stops after the next cross-rank aggregation",
                 alert.rule,
@@ -178,8 +181,8 @@ class AlertMonitor(MonitorCallback):
     def _finish(self) -> None:
         if self._engine is None:
             return
-        listeners.unsubscribe(self._on_values)
-        listeners.unsubscribe_expert_loads(self._experts.remember)
+        self._run.unsubscribe(self._on_values)
+        self._run.unsubscribe_expert_loads(self._experts.remember)
         for alert in self._held:  # their steps' group norms never came; training is over: no stop
             self.fired.append(alert)
             self._dispatcher.dispatch(alert)

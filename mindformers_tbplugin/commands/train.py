@@ -41,9 +41,10 @@ def status_after_training() -> int:
     before all have ended training, since msrun kills the other ranks as soon as one exits non-zero
     (a checkpoint still being saved would be cut short)."""
     from mindformers_tbplugin.framework.collectives import wait_for_every_rank
-    from mindformers_tbplugin.pipeline import listeners
+    from mindformers_tbplugin.pipeline.run import current_run
 
-    stop = listeners.alert_stop()
+    run = current_run()
+    stop = run.stop.carried_out if run is not None else None
     if stop is None:
         return 0
     print(f"mftb train: {stop.status()}; exit status {STOPPED_BY_ALERT}", file=sys.stderr, flush=True)

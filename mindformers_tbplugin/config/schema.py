@@ -160,9 +160,16 @@ def summary_of(cls: type) -> str:
     return (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")
 
 
+OPTIONS = "OPTIONS"  # a class attribute naming the dataclass of a callback's options (its ``**options``)
+
+
 def _init_owners(cls: type) -> Iterator[type]:
-    """The class whose ``__init__`` ``cls`` uses, then the next one up while an ``__init__`` takes ``**kwargs``."""
+    """The class whose ``__init__`` ``cls`` uses, then the next one up while an ``__init__`` takes ``**kwargs``;
+    a class with an ``OPTIONS`` dataclass stands for it."""
     for owner in cls.__mro__[:-1]:  # not object
+        if OPTIONS in vars(owner):
+            yield vars(owner)[OPTIONS]
+            return
         if "__init__" not in vars(owner):
             continue
         yield owner

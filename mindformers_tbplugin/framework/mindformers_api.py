@@ -40,7 +40,7 @@ LOCATIONS: dict[str, tuple[tuple[str, str], ...]] = {
 # Where the attribute's own name differs from ours.
 _ATTRIBUTES = {"mindformers_logger": "logger", "finite_check_overflow": "_ascend_grad_overflow"}
 _resolved: dict[str, Any] = {}
-_import_failure: Exception | None = None
+_import_failures: list[Exception] = []  # what ``import mindformers`` raised in this process, first only
 
 
 def import_mindformers() -> ModuleType:
@@ -59,7 +59,7 @@ def import_mindformers() -> ModuleType:
     from mindformers_tbplugin.errors import FrameworkImportError
     from mindformers_tbplugin.framework import versions
 
-    if _import_failure is None:
+    if not _import_failures:
         try:
             return importlib.import_module("mindformers")
         except ModuleNotFoundError as exc:
@@ -68,15 +68,14 @@ def import_mindformers() -> ModuleType:
             remember_import_failure(exc)
         except Exception as exc:
             remember_import_failure(exc)
-    failure = _import_failure
+    failure = _import_failures[0]
     raise FrameworkImportError(versions.import_failure_message("mindformers", failure)) from failure
 
 
 def remember_import_failure(exc: Exception) -> None:
     """What ``import mindformers`` raised in this process (here, or where the import hook saw it)."""
-    global _import_failure
-    if _import_failure is None:
-        _import_failure = exc
+    if not _import_failures:
+        _import_failures.append(exc)
 
 
 def resolve(name: str) -> Any:

@@ -51,6 +51,7 @@ class TrainStart:
     config: running_config.RunningConfig | None
     hook_args: Mapping[str, Any]  # what ``extra_metrics`` functions receive
     request_stop: Callable[[], None]  # end training after the current step
+    training: Any = None  # the training's identity: the object every callback of it is handed
 
 
 class StepEnd:
@@ -205,6 +206,7 @@ def _classic_start(run_context: Any) -> TrainStart:
         config=config,
         hook_args=cb_params,
         request_stop=run_context.request_stop,
+        training=cb_params,
     )
 
 
@@ -239,6 +241,7 @@ def _pynative_start(args: Any, state: Any, kwargs: Mapping[str, Any]) -> TrainSt
         config=running_config.RunningConfig(config, batch or None) if config else None,
         hook_args=kwargs,
         request_stop=stop_after_this_step,
+        training=state,
     )
 
 

@@ -1,7 +1,8 @@
 """Custom metrics: functions named in YAML (``extra_metrics``) and the public ``log_scalars`` API.
 
-Both go through the running TensorBoardMonitor, so custom values land in the same run, on the same
-steps, and are combined across ranks according to their declared :class:`MetricKind`.
+Both go through the running TensorBoardMonitor (the current Run's monitor), so custom values land in
+the same run, on the same steps, and are combined across ranks according to their declared
+:class:`MetricKind`.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from mindformers_tbplugin.log import WarnOnce
 from mindformers_tbplugin.pipeline.metrics import MetricKind
+from mindformers_tbplugin.pipeline.run import RunningMonitor, current_run
 
 MetricFn = Callable[[Any], dict[str, float]]
 
@@ -60,38 +62,21 @@ def resolve_extra_metric(reference: str) -> ExtraMetric:
     return ExtraMetric(reference, fn, MetricKind(getattr(fn, "mftb_kind", MetricKind.MODEL)))
 
 
-class RunningMonitor(Protocol):
-    """What ``log_scalars``/``log_text`` need of the TensorBoardMonitor that receives them."""
-
-    def log_custom(self, values: dict[str, float], step: int | None, kind: MetricKind) -> None: ...
-
-    def log_custom_text(self, tag: str, text: str, step: int | None) -> None: ...
-
-
-_running_monitors: list[RunningMonitor] = []
 _warn_once = WarnOnce()
 
 
-def attach(monitor: RunningMonitor) -> None:
-    """Called by a monitor at train begin: ``log_scalars`` now writes into its run."""
-    if monitor not in _running_monitors:
-        _running_monitors.append(monitor)
-
-
-def detach(monitor: RunningMonitor) -> None:
-    if monitor in _running_monitors:
-        _running_monitors.remove(monitor)
+def _running_monitor() -> RunningMonitor | None:
+    run = current_run()
+    return run.monitor if run is not None else None
 
 
 def active_run_dir() -> Path | None:
     """Main run folder of the TensorBoardMonitor running in this process, looked up at call time
     (None outside a monitored training). Only the writing rank (``Topology.is_writer``) may write
     there; it gets the monitor's own writer with ``registry.get_writer(active_run_dir())``."""
-    for monitor in _running_monitors:
-        run_dir = getattr(monitor, "run_dir", None)
-        if run_dir is not None:
-            return Path(run_dir)
-    return None
+    monitor = _running_monitor()
+    run_dir = getattr(monitor, "run_dir", None)
+    return Path(run_dir) if run_dir is not None else None
 
 
 def log_scalars(values: dict[str, float], step: int | None = None, kind: MetricKind | str = MetricKind.MODEL) -> None:
@@ -101,12 +86,11 @@ def log_scalars(values: dict[str, float], step: int | None = None, kind: MetricK
     ``"data"`` (mean over data-parallel ranks), ``"model"`` (written once) or ``"system"`` (per rank).
     Outside a monitored training this warns once and drops the values; it never raises for that.
     """
-    if not _running_monitors:
+    monitor = _running_monitor()
+    if monitor is None:
         _warn_once("no-monitor", "log_scalars: no TensorBoardMonitor is running in this process; values dropped.")
         return
-    resolved = MetricKind(kind)
-    for monitor in _running_monitors:
-        monitor.log_custom(values, step, resolved)
+    monitor.log_custom(values, step, MetricKind(kind))
 
 
 def log_text(tag: str, text: str, step: int | None = None) -> None:
@@ -115,8 +99,8 @@ def log_text(tag: str, text: str, step: int | None = None) -> None:
     Written by the rank that writes the main run; other ranks' calls are ignored. Outside a
     monitored training this warns once and drops the text.
     """
-    if not _running_monitors:
+    monitor = _running_monitor()
+    if monitor is None:
         _warn_once("no-monitor-text", "log_text: no TensorBoardMonitor is running in this process; text dropped.")
         return
-    for monitor in _running_monitors:
-        monitor.log_custom_text(tag, text, step)
+    monitor.log_custom_text(tag, text, step)

@@ -4,7 +4,7 @@ One process writes them at once. A multi-rank job with aggregation averages each
 the ranks that hold it in the one all-reduce per interval (``ExpertLoadAggregator``), and the writing
 rank writes them at their own steps, like the loss. Without aggregation a multi-rank job writes the
 writing rank's own values under ``local/``. Alert rules see the scalars, and the layer x expert
-loads behind them (``listeners.publish_expert_loads``), on the writing rank.
+loads behind them (``Run.publish_expert_loads``), on the writing rank.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from mindformers_tbplugin.pipeline import listeners
 from mindformers_tbplugin.pipeline.aggregation import ExpertLoadAggregator
 from mindformers_tbplugin.pipeline.expert_load import EXPERT_BIAS, LoadStatistics, RouterSet
 from mindformers_tbplugin.pipeline.expert_records import (
@@ -27,6 +26,7 @@ from mindformers_tbplugin.pipeline.expert_records import (
     LoadRecorder,
     reads_per_record,
 )
+from mindformers_tbplugin.pipeline.run import Run
 from mindformers_tbplugin.tfevents.events import tensor_event
 from mindformers_tbplugin.tfevents.writer import RunWriter
 
@@ -39,16 +39,16 @@ class ExpertLoadRouting:
         layout: ExpertLayout | None,
         reads_per_interval: int,
         aggregating: bool,
-        publishes: bool = True,
+        publish_to: Run | None = None,
     ) -> None:
         """``layout``: where the moe dashboard's records are written (the writing rank's main run, or a
         rank's own run with ``rank_policy: all``); ``reads_per_interval``: the most router reads an
-        aggregation interval holds; ``publishes``: hand the loads to the alert rules."""
+        aggregation interval holds; ``publish_to``: the Run whose alert rules get the loads."""
         self.statistics = LoadStatistics(routers, dead_fraction)
         self._no_bias = np.array([kind != EXPERT_BIAS for kind in routers.kinds])
         self._recorder = LoadRecorder(layout.reads_per_record, routers.has_bias) if layout is not None else None
         self._content = layout.content() if layout is not None else b""  # the first record's; then empty
-        self._publishes = publishes
+        self._publish_to = publish_to
         self.aggregator = (
             ExpertLoadAggregator(reads_per_interval, len(routers), routers.experts, routers.has_bias)
             if aggregating
@@ -65,8 +65,8 @@ class ExpertLoadRouting:
             bias = np.where(self._no_bias[:, None], np.nan, bias)
         values = self.statistics.scalars(relative, bias)
         if run is not None:
-            if self._publishes:
-                listeners.publish_expert_loads(step, relative, self.statistics)
+            if self._publish_to is not None:
+                self._publish_to.publish_expert_loads(step, relative, self.statistics)
             if self._recorder is not None:  # averaged and encoded on the writer thread, in read order
                 run.add_built(step, functools.partial(self._record_event, relative, bias))
         return values

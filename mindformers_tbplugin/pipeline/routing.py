@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mindformers_tbplugin.log import WarnOnce, logger
-from mindformers_tbplugin.pipeline import listeners, metrics
+from mindformers_tbplugin.pipeline import metrics
 from mindformers_tbplugin.pipeline.aggregation import (
     MAX_DATA_TAGS,
     CollectiveOps,
@@ -45,6 +45,7 @@ from mindformers_tbplugin.pipeline.expert_routing import ExpertLoadRouting
 from mindformers_tbplugin.pipeline.gradient_groups import GroupLayout
 from mindformers_tbplugin.pipeline.metrics import MetricKind, StepMetrics
 from mindformers_tbplugin.pipeline.rank_records import PLUGIN_NAME, TAG, RankLayout, RankRecorder
+from mindformers_tbplugin.pipeline.run import Run
 from mindformers_tbplugin.pipeline.topology import Topology
 from mindformers_tbplugin.tfevents.events import tensor_event
 from mindformers_tbplugin.tfevents.writer import RunWriter
@@ -77,8 +78,12 @@ class MetricRouter:
         main: RunWriter | None,
         rank_run: RunWriter | None,
         collectives: CollectiveOps | None,
+        run: Run | None = None,
     ) -> None:
+        """``run``: the training's Run (its listeners see what the main run gets; its job stop rides in
+        the aggregation); by default one of the router's own."""
         self.topology = topology
+        self.run = run if run is not None else Run()
         self.options = options
         self.main = main
         self.rank_run = rank_run
@@ -97,6 +102,7 @@ class MetricRouter:
                 options.expert_layout if main is not None else None,
                 options.expert_reads_per_interval,
                 aggregating=self.collectives is not None,
+                publish_to=self.run,
             )
             if options.routers is not None
             else None
@@ -104,7 +110,7 @@ class MetricRouter:
         # rank_policy: all: every rank's own reads too, scalars and records, in its rank run
         own_loads = options.routers is not None and rank_run is not None and options.rank_policy == "all"
         self._own_experts = (
-            ExpertLoadRouting(options.routers, options.dead_expert_fraction, options.expert_layout, 1, False, False)
+            ExpertLoadRouting(options.routers, options.dead_expert_fraction, options.expert_layout, 1, False)
             if own_loads
             else None
         )
@@ -116,9 +122,9 @@ class MetricRouter:
         self._last_expert_step: int | None = None
         self._warn_once = WarnOnce()
         self.aggregations = 0
-        self.stop_agreed = False  # a rank asked the job to stop (listeners.request_job_stop): every rank stops
+        self.stop_agreed = False  # a rank asked the job to stop (JobStop.request): every rank stops
         if self.collectives is not None:
-            listeners.add_stop_carrier()
+            self.run.stop.carriers += 1
 
     @property
     def aggregating(self) -> bool:
@@ -208,7 +214,7 @@ class MetricRouter:
 
     def _write_main(self, step: int, values: dict[str, float]) -> None:
         self.main.add_scalars(step, values)
-        listeners.publish(step, values)
+        self.run.publish(step, values)
         samples, tokens = self.options.samples_per_step, self.options.tokens_per_sample
         if self.options.vs_samples and samples:
             variants = metrics.x_axis_variants(values, metrics.VS_SAMPLES_SUFFIX)
@@ -230,7 +236,7 @@ class MetricRouter:
         grads = self._grads.pack() if self._grads is not None else np.zeros(0, dtype=np.float32)
         experts = self._experts.aggregator if self._experts is not None else None
         loads = experts.pack() if experts is not None else np.zeros(0, dtype=np.float32)
-        stop = np.array([1.0 if listeners.take_stop_request() else 0.0], dtype=np.float32)
+        stop = np.array([1.0 if self.run.stop.take_request() else 0.0], dtype=np.float32)
         reduced = self.collectives.all_reduce_sum(np.concatenate([data, system, job, grads, loads, stop]))
         self.stop_agreed = self.stop_agreed or bool(reduced[-1] > 0)
         reduction = self._data.unpack(reduced[: data.size], tags)
@@ -296,7 +302,7 @@ class MetricRouter:
         if self._data is None:
             self._finish_expert_records()
             return
-        listeners.remove_stop_carrier()
+        self.run.stop.carriers = max(self.run.stop.carriers - 1, 0)
         pending_grads = self._grads.pending if self._grads is not None else []
         pending_loads = self._experts.aggregator.pending if self._experts is not None else []
         last_steps = [pending[-1][0] for pending in (self._data.pending, pending_grads, pending_loads) if pending]

@@ -18,10 +18,12 @@ from typing import Any
 from mindformers_tbplugin.log import logger
 from mindformers_tbplugin.tfevents.writer import RunWriter
 
+# The one process-wide registry of the package (besides the current Run, pipeline/run.py): the
+# writers of this process, the SIGTERM listeners, and whether the exit hooks are in place.
 _registry: dict[Path, RunWriter] = {}
 _registry_lock = threading.Lock()
-_exit_hooks_installed = False
 _sigterm_listeners: list[Callable[[], None]] = []
+_exit_hooks: list[bool] = []  # one entry once atexit and SIGTERM hooks are installed
 
 
 def get_writer(run_dir: str | os.PathLike, flush_secs: float = 5.0, max_queue: int = 100_000) -> RunWriter:
@@ -51,10 +53,9 @@ def close_all(timeout: float = 30.0) -> None:
 
 
 def _install_exit_hooks() -> None:
-    global _exit_hooks_installed
-    if _exit_hooks_installed:
+    if _exit_hooks:
         return
-    _exit_hooks_installed = True
+    _exit_hooks.append(True)
     atexit.register(close_all)
     if threading.current_thread() is threading.main_thread():
         _chain_sigterm()

@@ -1,0 +1,241 @@
+"""One TensorBoardMonitor's training, from train begin to the end: what it opens, what each logged step
+writes, how it closes. The callback turns its hook calls into calls here; the Run (pipeline/run.py)
+holds what the training's other callbacks and user code share.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mindformers_tbplugin.framework import run_description
+from mindformers_tbplugin.framework.collectives import Collectives
+from mindformers_tbplugin.framework.eval_hook import EvalRecorder
+from mindformers_tbplugin.framework.layer_norms import LayerNorms, parameter_norm
+from mindformers_tbplugin.framework.model_facts import loss_scale_for_pipeline
+from mindformers_tbplugin.framework.model_outputs import ModelOutputs
+from mindformers_tbplugin.framework.system_stats import MemoryReadings
+from mindformers_tbplugin.framework.trainers import StepEnd, TrainStart
+from mindformers_tbplugin.log import WarnOnce, logger
+from mindformers_tbplugin.pipeline import custom_metrics, expert_routing, metrics
+from mindformers_tbplugin.pipeline.metrics import MetricKind, StepMetrics
+from mindformers_tbplugin.pipeline.routing import MetricRouter, RouterOptions
+from mindformers_tbplugin.pipeline.run import Run, training_run
+from mindformers_tbplugin.session import run_folder
+from mindformers_tbplugin.session.tensorboard_options import TensorBoardOptions
+from mindformers_tbplugin.tfevents.registry import get_writer, on_sigterm, remove_sigterm_listener
+from mindformers_tbplugin.tfevents.writer import RunWriter
+
+NAME = "TensorBoardMonitor"
+
+
+class MonitorSession:
+    def __init__(
+        self,
+        options: TensorBoardOptions,
+        folders: tuple[Path, Path | None],
+        start: TrainStart,
+        step_of: Callable[[Any], int],
+    ) -> None:
+        """Opens the run of the training ``start`` describes. ``folders``: the log root and the archive
+        folder as the callback resolved them when it was built; ``step_of``: a hook's run context to its
+        global step."""
+        log_root, archive = folders
+        self.options, self.log_root, self.archive = options, log_root, archive
+        self.run: Run = training_run(start.training)
+        self.extra = options.extra()
+        self.topology = start.topology
+        self.facts = start.facts
+        self._request_stop = start.request_stop
+        self.step = self._last_logged_step = self.facts.initial_global_step
+        self._last_log_time: float | None = None
+        self._static_lr = metrics.static_learning_rate(self.facts.optimizer)
+        self._loss_divisor = loss_scale_for_pipeline(self.topology, start.train_network)
+        self._stopping = False
+        self._warn_once = WarnOnce()
+        self._memory = MemoryReadings() if options.log_memory else None
+        self._eval = EvalRecorder(self._log_eval) if options.log_eval else None
+        self.layer_norms = LayerNorms.for_training(start, options.norm_groups, options.grad_hist_every)
+        moe = (options.moe_every, options.moe_record_budget)
+        self.outputs = ModelOutputs.for_training(start, self._accumulators_due, step_of, moe, options.peak_tflops)
+        self.writer: RunWriter | None = None  # the main run (writing rank only)
+        self.rank_run_dir: Path | None = None
+        self.resumed_from: int | None = None  # the restored step, when this run continues another
+        self.router = self._open(start)
+
+    # -- train begin -------------------------------------------------------------------------------
+    def _open(self, start: TrainStart) -> MetricRouter:
+        options, topology, run = self.options, self.topology, self.run
+        collectives = Collectives() if topology.communicating else None
+        pattern, experiment = options.run_name_pattern, options.experiment
+        continued, self.resumed_from = run_folder.run_to_continue(
+            self.log_root, pattern, experiment, options.resume, options.resume_run, self.step
+        )
+        self.run_dir, hosts = run_folder.open_run_dir(
+            self.log_root, pattern, experiment, continued, topology, collectives
+        )
+        if topology.is_writer:
+            self.writer = self._open_writer(self.run_dir)
+            run.name = self.run_dir.relative_to(self.log_root).as_posix()  # AlertMonitor's `run`
+            retention = (self.run_dir, options.keep_last_runs, self.archive, options.min_free_gb)
+            self.guard("housekeeping", run_folder.housekeeping, self.log_root, pattern, experiment, *retention)
+            if self.resumed_from is not None:
+                run_folder.mark_restart(self.writer, self.step + 1, self.resumed_from, start.checkpoint)
+                logger.info("%s: continuing %s after step %d", NAME, self.run_dir, self.resumed_from)
+            on_sigterm(self._on_sigterm)
+        per_rank = options.per_rank_system is True or (
+            options.per_rank_system == "auto" and topology.world_size <= options.per_rank_limit
+        )
+        rank_writer = None
+        if topology.world_size > 1 and (per_rank or options.rank_policy == "all"):
+            self.rank_run_dir = self.run_dir / f"rank_{topology.rank}"
+            rank_writer = self._open_writer(self.rank_run_dir)
+        layout = run_folder.rank_layout_of(hosts, topology, options.aggregate_every, options.rank_record_budget)
+        router_options = RouterOptions(
+            aggregate_every=options.aggregate_every,
+            rank_policy=options.rank_policy,
+            topk_ranks=0 if per_rank else options.topk_ranks,
+            vs_samples=options.vs_samples,
+            vs_tokens=options.vs_tokens,
+            samples_per_step=self.facts.samples_per_step,
+            tokens_per_sample=self.facts.tokens_per_sample,
+            gradient_groups=self.layer_norms.gradients if self.layer_norms else None,
+            rank_layout=layout if options.rank_records else None,
+            **expert_routing.router_options(
+                self.outputs.routers,
+                *(options.moe_every, options.log_every, options.aggregate_every, options.moe_record_budget),
+                options.dead_expert_fraction,
+            ),
+        )
+        router = MetricRouter(topology, router_options, self.writer, rank_writer, collectives, run)
+        if self._eval is not None:
+            self._eval.attach(start.eval_callbacks)
+        if self.writer is not None:
+            run_info = run_description.RunInfoOptions(options.log_hparams, options.log_config, options.log_graph)
+            describe = (self.writer, start, experiment, run_info, self.outputs.hparams)
+            self.guard("run_info", run_description.write_run_start, *describe)
+        logger.info("%s: %s", NAME, topology.describe())
+        if self.layer_norms is not None:
+            logger.info("%s: %s", NAME, self.layer_norms.describe())
+        logger.info("%s: %s", NAME, self.outputs.describe())
+        if self.writer is not None:
+            logger.info("%s: writing %s. View it: mftb tensorboard %s", NAME, self.run_dir, self.log_root)
+        return router
+
+    def _open_writer(self, run_dir: Path) -> RunWriter:
+        writer = get_writer(run_dir, flush_secs=self.options.flush_secs, max_queue=self.options.max_queue)
+        # A START event opens every run so that TensorBoard honours a later resume's purge.
+        writer.add_session_start(self.step + 1)
+        return writer
+
+    # -- per step ----------------------------------------------------------------------------------
+    def step_began(self, step: int) -> None:
+        if self._last_log_time is None:
+            self._last_log_time = time.perf_counter()
+        self.outputs.step_began(step)
+
+    def step_ended(self, step_end: StepEnd) -> None:
+        # Runs at every step: kept to few Python-level operations (see BENCHMARKS.md).
+        step = self.step = step_end.step
+        steps_done = step - self._last_logged_step
+        if steps_done < self.options.log_every:
+            return
+        now = time.perf_counter()
+        outputs = step_end.outputs()
+        step_metrics = metrics.train_metrics(step, outputs)
+        if self.layer_norms is not None:
+            step_metrics.grad_squares = self.layer_norms.read(step, self._last_logged_step, outputs, self.writer)
+        data, model, system = step_metrics.data, step_metrics.model, step_metrics.system
+        if self._loss_divisor != 1.0 and metrics.TRAIN_LOSS in data:
+            data[metrics.TRAIN_LOSS] /= self._loss_divisor
+        if self._static_lr is not None and metrics.TRAIN_LR not in model:
+            model[metrics.TRAIN_LR] = self._static_lr
+        step_time = None if self._last_log_time is None else (now - self._last_log_time) / steps_done
+        if step_time is not None:
+            system.update(metrics.throughput(step_time, self.facts.samples_per_step, self.facts.tokens_per_sample))
+        self.outputs.add_to(step_metrics, self._loss_divisor, step_time)
+        if self._memory is not None:
+            system.update(self._memory.read(now))
+        every = self.options.param_norm_every
+        if every and step // every > self._last_logged_step // every:
+            model.update(parameter_norm(self.facts.trainable_params, self.layer_norms))
+        for extra in self.extra:
+            self._add_extra(extra, step_end.hook_args, step_metrics)
+        self.router.log_step(step_metrics)
+        if self.router.stop_agreed and not self._stopping:
+            self._stopping = True
+            logger.warning("%s: a rank asked the job to stop; every rank stops after step %d", NAME, step)
+            self.run.stop.agreed(self.topology.writer_rank)
+            self._request_stop()
+        self._last_logged_step = step
+        self._last_log_time = time.perf_counter()
+
+    def _accumulators_due(self, step: int) -> tuple[bool, bool]:
+        """Whether ``step`` logs (loss parts) and reads the routers (expert loads)."""
+        last, every = self._last_logged_step, self.options.moe_every
+        logged = step - last >= self.options.log_every
+        return logged, logged and bool(every) and step // every > last // every
+
+    def _add_extra(self, extra: custom_metrics.ExtraMetric, cb_params: Any, step_metrics: StepMetrics) -> None:
+        try:
+            values = extra.fn(cb_params)
+            step_metrics.by_kind(extra.kind).update({str(k): float(v) for k, v in (values or {}).items()})
+        except Exception as exc:  # a user's metric must not stop training
+            self._warn_once(f"extra:{extra.reference}", f"extra metric {extra.reference} failed ({exc!r}); skipping it")
+
+    def log_values(self, values: dict[str, float], step: int | None, kind: MetricKind) -> None:
+        """``log_scalars`` while the training runs."""
+        try:
+            clean = {str(tag): float(value) for tag, value in values.items()}
+        except (TypeError, ValueError) as exc:
+            self._warn_once("log_scalars", f"log_scalars got a value that is not a number ({exc}); dropped")
+            return
+        self.router.log_values(self.step if step is None else int(step), clean, kind)
+
+    def log_text(self, tag: str, text: str, step: int | None) -> None:
+        """``log_text`` while the training runs: the main run's, on the writing rank."""
+        if self.writer is not None:
+            self.writer.add_text(self.step if step is None else int(step), str(tag), str(text))
+
+    def _log_eval(self, values: dict[str, float]) -> None:
+        """Evaluation results (``eval/*``) depend on the data: combined across ranks like the loss."""
+        self.log_values(values, self.step, MetricKind.DATA)
+
+    # -- the end -----------------------------------------------------------------------------------
+    def _on_sigterm(self) -> None:
+        """Runs in the SIGTERM handler, before the writers close."""
+        self.finish(clean=False, status=f"terminated at step {self.step}")
+
+    def finish(self, clean: bool, status: str | None = None) -> None:
+        """Close the run once: aggregate what is left, write ``meta/status``, close the files."""
+        remove_sigterm_listener(self._on_sigterm)
+        self.outputs.close()
+        if self._eval is not None:
+            self._eval.detach()
+        router, self.router = self.router, None
+        if router is None:
+            return
+        self.guard("end", router.finish, clean)  # its last aggregation may carry a stop request
+        if router.stop_agreed:
+            self.run.stop.agreed(self.topology.writer_rank)
+        stop = self.run.stop.finish(self.step) if clean else None
+        if self.writer is not None:
+            status = status or (stop.status() if stop else f"completed at step {self.step}")
+            self.writer.add_text(self.step, metrics.META_STATUS, status)
+            if self.options.log_hparams:  # a stop by an alert is no success
+                run_description.write_run_end(self.writer, self.step, clean and stop is None)
+        for writer in (self.writer, router.rank_run):
+            if writer is not None:
+                writer.close()
+        self.writer = None
+        if self._memory is not None:
+            self._memory.close()
+
+    def guard(self, key: str, fn: Any, *args: Any) -> None:
+        """Run ``fn``; on error warn once and carry on: monitoring never stops training."""
+        try:
+            fn(*args)
+        except Exception as exc:
+            self._warn_once(key, f"{NAME}: {exc!r} in {fn.__name__}; training continues")

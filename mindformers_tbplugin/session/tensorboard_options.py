@@ -1,0 +1,207 @@
+"""TensorBoardMonitor's options: one dataclass, the schema every entry is checked against.
+
+The YAML entry's keys are its fields (MindFormers' registry still builds the callback from them as
+keyword arguments). :mod:`mindformers_tbplugin.config.schema` reads the field types, ranges and the
+``Args:`` lines below for ``mftb validate``, the JSON Schema, ``mftb schema`` and docs/options.md.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from mindformers_tbplugin.config.schema import NON_EMPTY_TEXT, ConfigError, Problem, Range, check_entry
+from mindformers_tbplugin.pipeline import custom_metrics
+from mindformers_tbplugin.pipeline.gradient_groups import NORM_GROUPS
+from mindformers_tbplugin.pipeline.model_flops import PEAK
+from mindformers_tbplugin.tfevents import run_folders
+
+
+@dataclass(frozen=True)
+class TensorBoardOptions:
+    """Write training metrics to TensorBoard: loss, lr, grad norm, loss scale, throughput, memory.
+
+    Args:
+        log_dir: Root folder of the runs; each training gets its own run folder below it. Made
+            absolute against the working directory when the callback is built. When not given:
+            the launcher's folder (MFTB_LOG_DIR, <output_dir>/tensorboard), else ./output/tensorboard.
+        experiment: Experiment name: the ``{experiment}`` part of the run folder name.
+        run_name_pattern: Run folder name; placeholders ``{experiment}``, ``{timestamp}``
+            (YYYYmmdd-HHMMSS) and ``{rank}``.
+        log_every: Write the scalars every this many steps.
+        flush_secs: Flush event files to disk at least this often, in seconds.
+        param_norm_every: Write ``train/param_norm`` (a pass over all parameters) every this many
+            steps, and ``param_norm/<group>`` when per-layer gradient norms are on; 0 turns it off.
+        norm_groups: Per-layer norms' groups (``runner_wrapper.local_norm: True``): ``layer``
+            (``embedding``, ``layers.N``, ``final_norm``, ``head``), ``param`` (each parameter), or a
+            list of fnmatch patterns, one group each (first match wins; the rest is ``other``).
+        grad_hist_every: With ``local_norm``, write the histogram of log10 per-parameter gradient
+            norms (``grad_norm/per_param_log10``) every this many steps; 0 turns it off.
+        log_memory: Write host RSS (``system/host_rss_gb``) and device memory where the backend
+            reports it, read at most once per second.
+        vs_samples: Also write ``train/loss_vs_samples`` and ``train/lr_vs_samples``, whose x axis is
+            the number of samples consumed.
+        vs_tokens: Also write ``train/loss_vs_tokens`` and ``train/lr_vs_tokens``, whose x axis is the
+            number of tokens consumed.
+        extra_metrics: Functions ``"package.module:function"`` called at each logged step with the
+            step's callback parameters (classic trainer: MindSpore's cb_params; MindFormers 2.x's
+            PyNative trainer: the hook's keyword arguments, ``loss``, ``grad_norm``, ``model``, ...),
+            returning ``{tag: value}``.
+        max_queue: Most items held for the writer thread; beyond it the oldest are dropped (a warning
+            says so), so a stalled disk cannot grow memory without bound.
+        aggregate_every: Combine metrics across ranks every this many steps with one collective
+            (data metrics averaged over data-parallel ranks, cross-rank system statistics, the job's
+            throughput); must be a multiple of log_every. 0 never communicates: the writing rank's own
+            values are written, under ``local/`` tags, and no job throughput.
+        rank_policy: ``writer``: one rank writes the main run (the first rank of the last pipeline
+            stage); ``all``: additionally every rank writes all its own values to ``rank_<id>/``
+            (debugging).
+        per_rank_system: Write each rank's system metrics (step time, throughput, memory) to
+            ``<run>/rank_<id>/``: true, false, or ``auto`` (only when the world size is at most
+            per_rank_limit).
+        per_rank_limit: Largest world size for which ``per_rank_system: auto`` writes per-rank runs;
+            beyond it only the cross-rank summary and the topk_ranks slowest ranks are written.
+        topk_ranks: How many of the slowest ranks (by step time) the main run lists at each
+            aggregation.
+        log_hparams: At train begin, write the run's hyperparameters (learning rate and schedule,
+            batch sizes, sequence length, model size, parallel layout, seed, experiment) for
+            TensorBoard's HParams dashboard; at the end, the session's status.
+        log_config: At train begin, write the resolved YAML config as text (``run/config``), with the
+            values of secret-looking keys (token, password, secret, key, ak/sk, ...) masked.
+        log_graph: At train begin, write the model's cell hierarchy (types, parameter shapes, dtypes
+            and counts) for the Graphs dashboard and a parameter-count table (``run/parameters``).
+        log_eval: Write MindFormers' evaluation results during training (``do_eval``) as ``eval/*``
+            at the training step they belong to.
+        resume: When MindFormers resumes from a checkpoint (its optimizer step is restored), continue
+            the newest run of this experiment instead of starting a new one; points the interrupted
+            attempt wrote after the checkpoint are purged in TensorBoard.
+        resume_run: Name of a run folder under log_dir to continue, resuming or not.
+        keep_last_runs: Keep only this many runs of the experiment (the current one included): older
+            run folders are deleted, or moved to archive_dir, at train begin. 0 keeps all.
+        archive_dir: Where keep_last_runs moves old runs instead of deleting them.
+        min_free_gb: Warn at train begin when the log file system has less free space than this, in GiB.
+        rank_records: Write every rank's step time and memory per aggregation interval for the ranks
+            dashboard (multi-rank jobs with aggregation).
+        rank_record_budget: Most bytes per training step the per-rank records may average; a large world
+            gets one record per several intervals, their maximum; 0: one record every interval.
+        moe_every: In a mixture-of-experts model, read every MoE layer's expert load every this many
+            steps (one host read per layer) for the ``moe/*`` tags, the routing alerts and the moe
+            dashboard; 0 turns it off. Models without MoE layers ignore it.
+        moe_record_budget: Most bytes per training step the moe dashboard's layer x expert records may
+            average; a large model gets one record per several reads, their mean; 0: one every read.
+        dead_expert_fraction: An expert whose load is under this share of its layer's mean load counts
+            as dead (``moe/<layer>/dead_experts``).
+        peak_tflops: The device's peak dense TFLOPS at the training's compute precision, for
+            ``perf/mfu`` (``perf/model_tflops_per_device`` over this peak): a number, an Ascend part
+            from the table in docs (e.g. ``Ascend910B3``), ``auto`` (the part MindSpore reports, when
+            it is in that table), or null (no MFU).
+    """
+
+    log_dir: Annotated[str | None, NON_EMPTY_TEXT] = None
+    experiment: Annotated[str, NON_EMPTY_TEXT] = "mindformers"
+    run_name_pattern: Annotated[str, NON_EMPTY_TEXT] = "{experiment}_{timestamp}"
+    log_every: Annotated[int, Range(min=1)] = 1
+    flush_secs: Annotated[float, Range(min=0.1, max=3600)] = 5.0
+    param_norm_every: Annotated[int, Range(min=0)] = 100
+    norm_groups: Annotated[str | list[str], NORM_GROUPS] = "layer"
+    grad_hist_every: Annotated[int, Range(min=0)] = 100
+    log_memory: bool = True
+    vs_samples: bool = False
+    vs_tokens: bool = False
+    extra_metrics: list[str] | None = None
+    max_queue: Annotated[int, Range(min=100)] = 100_000
+    aggregate_every: Annotated[int, Range(min=0)] = 10
+    rank_policy: Literal["writer", "all"] = "writer"
+    per_rank_system: bool | Literal["auto"] = "auto"
+    per_rank_limit: Annotated[int, Range(min=1)] = 16
+    topk_ranks: Annotated[int, Range(min=0)] = 4
+    log_hparams: bool = True
+    log_config: bool = True
+    log_graph: bool = True
+    log_eval: bool = True
+    resume: bool = True
+    resume_run: str | None = None
+    keep_last_runs: Annotated[int, Range(min=0)] = 0
+    archive_dir: str | None = None
+    min_free_gb: Annotated[float, Range(min=0)] = 1.0
+    rank_records: bool = True
+    rank_record_budget: Annotated[int, Range(min=0)] = 1024
+    moe_every: Annotated[int, Range(min=0)] = 10
+    moe_record_budget: Annotated[int, Range(min=0)] = 1024
+    dead_expert_fraction: Annotated[float, Range(min=0, max=1)] = 0.1
+    peak_tflops: Annotated[float | str | None, PEAK] = "auto"
+
+    @classmethod
+    def check_cross_fields(cls, arguments: Mapping[str, Any]) -> list[Problem]:
+        """Rules that involve several parameters or a value's shape (types are already right)."""
+        problems = []
+        pattern = arguments.get("run_name_pattern", "{experiment}_{timestamp}")
+        experiment = arguments.get("experiment", "mindformers")
+        unknown = run_folders.unknown_run_name_fields(pattern)
+        if unknown:
+            allowed = ", ".join("{" + field + "}" for field in run_folders.RUN_NAME_FIELDS)
+            problems.append(
+                Problem("run_name_pattern", f"unknown placeholder(s) {', '.join(unknown)}; allowed: {allowed}")
+            )
+        names = [("experiment", experiment), ("run_name_pattern", pattern)]
+        if arguments.get("resume_run") is not None:
+            names.append(("resume_run", arguments["resume_run"]))
+        for key, value in names:
+            if not value or value.strip() != value or ".." in Path(value).parts or Path(value).is_absolute():
+                problems.append(Problem(key, f"expected a non-empty relative folder name without '..', got {value!r}"))
+        log_every = arguments.get("log_every", 1)
+        aggregate_every = arguments.get("aggregate_every", 10)
+        if aggregate_every and aggregate_every % log_every:
+            problems.append(
+                Problem(
+                    "aggregate_every",
+                    f"expected a multiple of log_every ({log_every}) or 0, got {aggregate_every}",
+                )
+            )
+        for index, reference in enumerate(arguments.get("extra_metrics") or ()):
+            try:
+                custom_metrics.resolve_extra_metric(reference)
+            except ValueError as exc:
+                where = "in every rank's process (PYTHONPATH, or an installed package)"
+                problems.append(Problem(f"extra_metrics[{index}]", f"{exc}; the module must be importable {where}"))
+        return problems
+
+    @classmethod
+    def of(cls, arguments: Mapping[str, Any], owner: str) -> TensorBoardOptions:
+        """The options of a YAML entry, checked as ``mftb validate`` checks them (imports of
+        ``extra_metrics`` and the log folder's permissions included); raises ConfigError naming
+        ``owner`` with every problem."""
+        problems = check_entry(cls, dict(arguments))
+        options = cls(**arguments) if not problems else None
+        if options is not None:
+            reason = run_folders.unwritable_reason(options.log_root)
+            if reason:
+                problems.append(Problem("log_dir", f"cannot write to {options.log_root}: {reason}"))
+        if problems or options is None:
+            raise ConfigError.for_owner(owner, problems)
+        if run_folders.is_non_ascii(options.log_root):
+            message = (
+                f"{owner} log_dir {options.log_root} contains non-ASCII characters; some "
+                "TensorBoard versions and shells mishandle such paths. An ASCII path is safer."
+            )
+            warnings.warn(message, UserWarning, stacklevel=3)  # MindFormers routes warnings to its log
+        return options
+
+    @property
+    def log_root(self) -> Path:
+        """``log_dir`` made absolute against the working directory (at the time it is asked)."""
+        return run_folders.log_root(self.log_dir)
+
+    @property
+    def archive_root(self) -> Path | None:
+        return run_folders.absolute_path(self.archive_dir) if self.archive_dir else None
+
+    def extra(self) -> list[custom_metrics.ExtraMetric]:
+        """The ``extra_metrics`` functions, imported."""
+        return [custom_metrics.resolve_extra_metric(reference) for reference in self.extra_metrics or ()]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
