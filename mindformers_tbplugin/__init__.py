@@ -10,17 +10,15 @@ process of the environment, which is how ``type: TensorBoardMonitor`` resolves i
 from __future__ import annotations
 
 # No `typing` here: this module runs at every interpreter start, and `typing` alone costs ~10 ms.
-from mindformers_tbplugin._autoregister import register_when_mindformers_loads
+from mindformers_tbplugin.registration.catalog import CALLBACKS, WRAPPERS
+from mindformers_tbplugin.registration.import_hook import register_when_mindformers_loads
 
 __version__ = "0.1.0"
 
 # Public names, loaded on first use so that importing the package stays free of MindSpore.
 _LAZY_EXPORTS = {
-    "TensorBoardMonitor": "mindformers_tbplugin.callbacks.tensorboard_monitor",
-    "TensorBoard": "mindformers_tbplugin.callbacks.tensorboard_alias",
-    "HistogramMonitor": "mindformers_tbplugin.callbacks.histogram_monitor",
-    "AlertMonitor": "mindformers_tbplugin.callbacks.alert_monitor",
-    "CPUTrainOneStepCell": "mindformers_tbplugin.framework.cpu_wrapper",
+    **CALLBACKS,
+    **WRAPPERS,
     "log_scalars": "mindformers_tbplugin.pipeline.custom_metrics",
     "log_text": "mindformers_tbplugin.pipeline.custom_metrics",
     "metric": "mindformers_tbplugin.pipeline.custom_metrics",

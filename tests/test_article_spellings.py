@@ -12,8 +12,8 @@ import yaml
 from conftest import MFTB, TINY_CONFIG, read_scalars, subprocess_env, train, write_tiny_config
 from tensorboard.backend.event_processing.event_accumulator import HISTOGRAMS, EventAccumulator
 
-from mindformers_tbplugin.callbacks.catalog import our_callbacks
 from mindformers_tbplugin.config.checker import check_file
+from mindformers_tbplugin.registration.catalog import our_callbacks
 
 ARTICLE_ENTRY = {"type": "TensorBoard", "log_dir": "./tb_logs/llm_finetune", "update_time": 60}
 

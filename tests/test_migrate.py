@@ -21,10 +21,10 @@ import pytest
 import yaml
 from conftest import MFTB, REPO, documentation, subprocess_env
 
-from mindformers_tbplugin.callbacks.catalog import our_callbacks
 from mindformers_tbplugin.config import replacements
 from mindformers_tbplugin.config.checker import check_file
 from mindformers_tbplugin.config.schema import params_of
+from mindformers_tbplugin.registration.catalog import our_callbacks
 
 BUNDLED = sorted((REPO / "configs").glob("*/*.yaml"))
 MIGRATE_CONFIGS = Path(__file__).resolve().parent / "migrate_configs"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import MFTB, REPO, subprocess_env
 
-from mindformers_tbplugin.callbacks.catalog import our_callbacks
 from mindformers_tbplugin.config.checker import check_file
+from mindformers_tbplugin.registration.catalog import our_callbacks
 
 BROKEN = Path(__file__).resolve().parent / "broken_configs"
 MIGRATE_CONFIGS = Path(__file__).resolve().parent / "migrate_configs"

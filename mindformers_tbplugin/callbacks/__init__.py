@@ -9,6 +9,6 @@ __all__ = ["AlertMonitor", "HistogramMonitor", "TensorBoard", "TensorBoardMonito
 
 # A module above that imports mindformers makes registration run while this package is half loaded;
 # register again now that every export is bound. Modules here should leave mindformers to registration.
-_registration = __import__("sys").modules.get("mindformers_tbplugin.framework.registration")
+_registration = __import__("sys").modules.get("mindformers_tbplugin.registration.mindformers_registry")
 if _registration is not None and hasattr(_registration, "register_callbacks"):
     _registration.register_callbacks()

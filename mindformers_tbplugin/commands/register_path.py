@@ -11,7 +11,7 @@ DESCRIPTION = (
     "Print the folder holding mftb_register.py. Use it as REGISTER_PATH (or run_mindformer.py "
     "--register_path) with 'auto_register: mftb_register.TensorBoardMonitor' in the callback entry."
 )
-REGISTER_FOLDER = Path(__file__).resolve().parents[1] / "register_path"
+REGISTER_FOLDER = Path(__file__).resolve().parents[1] / "registration" / "register_path"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -30,9 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
-    from mindformers_tbplugin.callbacks.catalog import our_callbacks
     from mindformers_tbplugin.config.checker import check_file
     from mindformers_tbplugin.config.report import quiet_output
+    from mindformers_tbplugin.registration.catalog import our_callbacks
 
     worst = 0
     log_dirs: list[str] = []

@@ -84,7 +84,7 @@ def registered_callbacks() -> dict[str, type]:
     from mindformers_tbplugin.framework.mindformers_api import registered
 
     with quiet_output():
-        import mindformers_tbplugin.framework.registration  # noqa: F401  (ours too, whatever the environment)
+        import mindformers_tbplugin.registration.mindformers_registry  # noqa: F401  (ours too, whatever the environment)
     return registered("CALLBACK")
 
 
@@ -368,7 +368,7 @@ def check_file(path: str | Path, ours: dict[str, type] | None = None) -> Report:
         report.unusable = True
         return report
     if ours is None:
-        from mindformers_tbplugin.callbacks.catalog import our_callbacks
+        from mindformers_tbplugin.registration.catalog import our_callbacks
 
         ours = our_callbacks()
     _Checker(report, document, root, ours).run()

@@ -9,13 +9,15 @@ path does. Select it in YAML::
       type: CPUTrainOneStepCell
       scale_sense: 1.0
       use_clip_grad: True
+
+registration/ registers it (``MindFormerModuleType.WRAPPER``) with the callbacks.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from mindformers_tbplugin.framework.mindformers_api import register, resolve
+from mindformers_tbplugin.framework.mindformers_api import resolve
 
 _is_not_finite = resolve("finite_check_overflow")
 
@@ -25,6 +27,3 @@ class CPUTrainOneStepCell(resolve("MFTrainOneStepCell")):  # type: ignore[misc]
 
     def get_overflow_status(self, status: Any, compute_output: Any) -> Any:
         return self._get_distributed_overflow_status_on_infnan_mode(_is_not_finite, compute_output)
-
-
-register(CPUTrainOneStepCell, "WRAPPER")

@@ -167,7 +167,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
     if args.register_path:
         set_register_path(args.register_path)
 
-    import mindformers_tbplugin.framework.registration  # noqa: F401  (our callbacks and wrapper, before the Trainer)
+    import mindformers_tbplugin.registration.mindformers_registry  # noqa: F401  (our callbacks and wrapper, before the Trainer)
     from mindformers_tbplugin.framework.mindformers_api import resolve
 
     config = resolve("MindFormerConfig")(str(config_path))

@@ -1,7 +1,7 @@
 """Register our classes in MindFormers' registry the moment ``mindformers`` finishes importing.
 
 A meta-path finder watches for the top-level ``mindformers`` import, lets the real loader run, then
-imports :mod:`mindformers_tbplugin.framework.registration`. Processes that never import mindformers pay only
+imports :mod:`mindformers_tbplugin.registration.mindformers_registry`. Processes that never import mindformers pay only
 for this module (standard library, no I/O). Nothing here may break the user's import: a failure to
 register is reported as a warning. A failing ``import mindformers`` reaches its importer unchanged, and
 is remembered so that our later uses of mindformers report it instead of importing again.
@@ -16,7 +16,7 @@ _TARGET = "mindformers"
 
 def _register_now() -> None:
     try:
-        from mindformers_tbplugin.framework.registration import register_callbacks
+        from mindformers_tbplugin.registration.mindformers_registry import register_callbacks
 
         register_callbacks()
     except Exception as exc:  # registration must never break `import mindformers`

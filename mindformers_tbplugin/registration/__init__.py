@@ -1,0 +1,11 @@
+"""Everything that makes ``type: TensorBoardMonitor`` resolve in MindFormers, in one room.
+
+* ``catalog.py``: the one list of the classes we register, by YAML name.
+* ``import_hook.py``: the hook that ``mindformers_tbplugin_autoregister.pth`` installs at interpreter
+  start: it registers the catalog the moment ``mindformers`` is imported.
+* ``mindformers_registry.py``: registering the catalog in MindFormers' registry.
+* ``register_path/mftb_register.py``: the module MindFormers' own route (``REGISTER_PATH`` +
+  ``auto_register``) loads; ``mftb register-path`` prints its folder.
+
+Importing this package costs nothing (it runs at every interpreter start through the ``.pth``).
+"""
