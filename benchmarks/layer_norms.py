@@ -29,6 +29,7 @@ python -m benchmarks.layer_norms [--quick]
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import statistics
@@ -108,6 +109,7 @@ def _ours(names: list[str], steps: int, folder: Path) -> tuple[float, float]:
     """Median µs per logged step: (steps without a histogram, histogram steps)."""
     from mindformers_tbplugin.framework.layer_norms import LayerNorms
     from mindformers_tbplugin.pipeline.gradient_groups import GroupLayout
+    from mindformers_tbplugin.pipeline.histograms import gradient_norms_histogram_event
     from mindformers_tbplugin.pipeline.metrics import StepMetrics
     from mindformers_tbplugin.pipeline.routing import MetricRouter, RouterOptions
     from mindformers_tbplugin.pipeline.topology import Topology
@@ -126,7 +128,9 @@ def _ours(names: list[str], steps: int, folder: Path) -> tuple[float, float]:
             outputs = _outputs(vectors[step % len(vectors)])
             start = clock()
             step_metrics = StepMetrics(step)
-            step_metrics.grad_squares = layer_norms.read(step, step - 1, outputs, writer)
+            squares = step_metrics.grad_squares = layer_norms.read(outputs)
+            if layer_norms.histogram_due(step, step - 1):  # as the monitor's session does
+                writer.add_built(step, functools.partial(gradient_norms_histogram_event, np.array(squares, np.float64)))
             router.log_step(step_metrics)
             elapsed = clock() - start
             (histogram if step % HIST_EVERY == 0 else plain).append(elapsed)

@@ -23,7 +23,7 @@ _LAZY_EXPORTS = {
     "log_text": "mindformers_tbplugin.pipeline.custom_metrics",
     "metric": "mindformers_tbplugin.pipeline.custom_metrics",
     "MetricKind": "mindformers_tbplugin.pipeline.metrics",
-    "ConfigError": "mindformers_tbplugin.config.schema",
+    "ConfigError": "mindformers_tbplugin.schema",
 }
 
 __all__ = [*_LAZY_EXPORTS, "__version__"]

@@ -7,8 +7,6 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from mindformers_tbplugin import __version__
-
 # Sub-command modules, in the order ``mftb --help`` lists them.
 COMMANDS = (
     "mindformers_tbplugin.commands.train",
@@ -26,7 +24,9 @@ COMMANDS = (
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mftb", description="TensorBoard monitoring for MindFormers training.")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    # sys.modules: the package is imported whenever this module is (its __init__ runs first).
+    version = sys.modules["mindformers_tbplugin"].__version__
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_name in COMMANDS:
         module = importlib.import_module(module_name)
@@ -42,8 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = args.command_module
     if extra and not getattr(module, "ACCEPTS_EXTRA", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    from mindformers_tbplugin.config.schema import ConfigError
     from mindformers_tbplugin.errors import UsageError
+    from mindformers_tbplugin.schema import ConfigError
 
     try:
         check_framework(getattr(module, "FRAMEWORK", ()))

@@ -28,13 +28,12 @@ class _ToMindFormersLogger(logging.Handler):
             self.handleError(record)
 
 
-def route_to_mindformers() -> None:
-    """Send our records through ``mindformers.tools.logger.logger``. Idempotent."""
+def route_to(target: Any) -> None:
+    """Send our records through ``target``, MindFormers' logger (``mindformers.tools.logger.logger``).
+    Idempotent."""
     if any(isinstance(h, _ToMindFormersLogger) for h in logger.handlers):
         return
-    from mindformers_tbplugin.framework.mindformers_api import resolve
-
-    logger.addHandler(_ToMindFormersLogger(resolve("mindformers_logger")))
+    logger.addHandler(_ToMindFormersLogger(target))
     logger.setLevel(logging.INFO)
     logger.propagate = False
 

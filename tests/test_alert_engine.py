@@ -8,7 +8,7 @@ import random
 import pytest
 
 from mindformers_tbplugin.alerts.engine import DEFAULT_RULES, AlertEngine, describe_rules, parse_rules
-from mindformers_tbplugin.config.schema import ConfigError
+from mindformers_tbplugin.schema import ConfigError
 
 LOSS, GRAD, TOKENS, SCALE, OVERFLOW = (
     "train/loss",

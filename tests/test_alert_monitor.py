@@ -16,7 +16,7 @@ from mindformers_tbplugin.alerts.rule_catalog import RULES
 from mindformers_tbplugin.alerts.rules import Rule
 from mindformers_tbplugin.callbacks import AlertMonitor
 from mindformers_tbplugin.commands.train import STOPPED_BY_ALERT
-from mindformers_tbplugin.config.schema import params_of
+from mindformers_tbplugin.schema import params_of
 
 STEPS = 32
 STEP_LINE = re.compile(r"step:\[\s*(\d+)/\s*\d+\], loss:")

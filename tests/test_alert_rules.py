@@ -10,7 +10,7 @@ import pytest
 from mindformers_tbplugin.alerts.engine import describe_rules, parse_rules
 from mindformers_tbplugin.alerts.rule_catalog import RULES
 from mindformers_tbplugin.alerts.rules import NonFiniteRule, PlateauRule, Rule, SpikeRule, ThresholdRule
-from mindformers_tbplugin.config.schema import ConfigError, Problem, check_entry, params_of
+from mindformers_tbplugin.schema import ConfigError, Problem, check_entry, params_of
 
 COMMON = ["action", "severity", "cooldown"]
 

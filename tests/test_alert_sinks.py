@@ -21,7 +21,7 @@ from mindformers_tbplugin.alerts.sinks import (
     mask_url,
     parse_sinks,
 )
-from mindformers_tbplugin.config.schema import ConfigError
+from mindformers_tbplugin.schema import ConfigError
 
 ALERT = Alert("spike", "train/loss", 42, 9.5, 2.25, "train/loss spiked; rm -rf x && echo pwned", "warning")
 

@@ -16,8 +16,8 @@ from conftest import MFTB, REPO, subprocess_env
 from mindformers_tbplugin.callbacks import TensorBoardMonitor
 from mindformers_tbplugin.config.checker import check_file
 from mindformers_tbplugin.config.json_schema import config_schema, entry_schema
-from mindformers_tbplugin.config.schema import Range, did_you_mean, params_of
 from mindformers_tbplugin.registration.catalog import our_callbacks
+from mindformers_tbplugin.schema import Range, did_you_mean, params_of
 
 BUNDLED = sorted((REPO / "configs").rglob("*.yaml"))
 

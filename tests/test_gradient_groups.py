@@ -235,7 +235,7 @@ def test_without_aggregation_a_multi_rank_job_writes_the_writer_ranks_own_under_
 @pytest.mark.parametrize("value", ["layers", [], ["*attention*", " "], 3])
 def test_a_wrong_norm_groups_is_reported_with_what_is_allowed(value: object) -> None:
     from mindformers_tbplugin.callbacks import TensorBoardMonitor
-    from mindformers_tbplugin.config.schema import check_entry
+    from mindformers_tbplugin.schema import check_entry
 
     (problem,) = check_entry(TensorBoardMonitor, {"norm_groups": value})
     assert problem.key == "norm_groups"
@@ -245,6 +245,6 @@ def test_a_wrong_norm_groups_is_reported_with_what_is_allowed(value: object) -> 
 @pytest.mark.parametrize("value", ["layer", "param", ["*attention*", "*feed_forward*"]])
 def test_the_norm_groups_users_write_are_accepted(value: object) -> None:
     from mindformers_tbplugin.callbacks import TensorBoardMonitor
-    from mindformers_tbplugin.config.schema import check_entry
+    from mindformers_tbplugin.schema import check_entry
 
     assert check_entry(TensorBoardMonitor, {"norm_groups": value}) == []

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from conftest import train, write_tiny_config
 
-from mindformers_tbplugin.config.schema import ConfigError
 from mindformers_tbplugin.pipeline import histograms
+from mindformers_tbplugin.schema import ConfigError
 from mindformers_tbplugin.tfevents.writer import RunWriter
 
 

@@ -23,8 +23,8 @@ from conftest import MFTB, REPO, documentation, subprocess_env
 
 from mindformers_tbplugin.config import replacements
 from mindformers_tbplugin.config.checker import check_file
-from mindformers_tbplugin.config.schema import params_of
 from mindformers_tbplugin.registration.catalog import our_callbacks
+from mindformers_tbplugin.schema import params_of
 
 BUNDLED = sorted((REPO / "configs").glob("*/*.yaml"))
 MIGRATE_CONFIGS = Path(__file__).resolve().parent / "migrate_configs"

@@ -75,6 +75,63 @@ def test_no_import_circle():
     assert not circles, circles
 
 
+# The rooms from the bottom up: each imports only rooms below it (docs/architecture.md, "The rooms").
+LAYERS = (
+    "errors",
+    "log",
+    "schema",
+    "tfevents",
+    "pipeline",
+    "framework",
+    "registration",
+    "config",
+    "session",
+    "alerts",
+    "callbacks",
+    "viewer",
+    "commands",
+    "cli",
+    "__main__",
+    "",  # the package itself
+)
+MAX_CALLBACK_MODULE_LINES = 250
+
+
+def room(module: str) -> str:
+    return module.split(".")[1] if "." in module else ""
+
+
+def test_every_module_is_in_a_layer():
+    assert {room(module) for module in MODULES} <= set(LAYERS)
+
+
+def test_no_room_imports_a_room_above_it():
+    level = {name: index for index, name in enumerate(LAYERS)}
+    upward = sorted(
+        f"{module} -> {target}"
+        for module in MODULES
+        for target in package_imports(module)
+        if level[room(target)] > level[room(module)]
+    )
+    assert not upward
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith(f"{NAME}.callbacks.")))
+def test_callbacks_are_thin(module):
+    lines = MODULES[module].read_text(encoding="utf-8").count("\n")
+    assert lines <= MAX_CALLBACK_MODULE_LINES, f"{module}: {lines} lines"
+
+
+def test_no_global_statement():
+    """A training's state lives in its Run (pipeline/run.py), not in module globals."""
+    found = [
+        module
+        for module, path in MODULES.items()
+        if any(isinstance(node, ast.Global) for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))
+    ]
+    assert not found
+
+
 def test_only_framework_imports_mindspore_or_mindformers():
     offenders = {
         module: sorted({name.split(".")[0] for name in imported_names(path)} & {"mindspore", "mindformers"})

@@ -13,7 +13,7 @@ from conftest import REPO, documentation, read_scalars, subprocess_env, train, w
 from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
 
 from mindformers_tbplugin.callbacks import HistogramMonitor, TensorBoardMonitor
-from mindformers_tbplugin.config.schema import params_of
+from mindformers_tbplugin.schema import params_of
 
 
 def _yaml_value(text: str) -> object:

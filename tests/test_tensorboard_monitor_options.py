@@ -11,7 +11,7 @@ import pytest
 from conftest import MFTB, subprocess_env, write_tiny_config
 
 from mindformers_tbplugin.callbacks import TensorBoardMonitor
-from mindformers_tbplugin.config.schema import ConfigError
+from mindformers_tbplugin.schema import ConfigError
 
 
 def test_log_dir_is_made_absolute_at_construction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

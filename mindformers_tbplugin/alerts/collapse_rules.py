@@ -8,8 +8,8 @@ from typing import Annotated, Any
 
 from mindformers_tbplugin.alerts.record import Alert
 from mindformers_tbplugin.alerts.rules import Rule, number_text
-from mindformers_tbplugin.config.schema import Range
 from mindformers_tbplugin.pipeline import metrics
+from mindformers_tbplugin.schema import Range
 
 
 class LossScaleCollapseRule(Rule):

@@ -16,7 +16,7 @@ from typing import Any
 from mindformers_tbplugin.alerts.record import Alert
 from mindformers_tbplugin.alerts.rule_catalog import RULES
 from mindformers_tbplugin.alerts.rules import Rule, StallRule
-from mindformers_tbplugin.config.schema import (
+from mindformers_tbplugin.schema import (
     ConfigError,
     Param,
     Problem,

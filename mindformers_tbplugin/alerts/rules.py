@@ -2,7 +2,7 @@
 windows, so memory does not grow with the number of points.
 
 A rule declares each parameter once, as a keyword argument of its ``__init__``: type hint, range or
-choices, default, and a line in the class docstring's ``Args:``. :mod:`mindformers_tbplugin.config.schema`
+choices, default, and a line in the class docstring's ``Args:``. :mod:`mindformers_tbplugin.schema`
 derives validation and the ``mftb watch --list-rules`` text from that, as it does for the callbacks.
 The parameters every rule has (``action``, ``severity``, ``cooldown``) are :class:`Rule`'s, reached
 through ``**common``.
@@ -17,8 +17,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from mindformers_tbplugin.alerts.record import Alert
 from mindformers_tbplugin.alerts.statistics import RollingWindow
-from mindformers_tbplugin.config.schema import Kind, Problem, Range
 from mindformers_tbplugin.pipeline import metrics
+from mindformers_tbplugin.schema import Kind, Problem, Range
 
 STALL_TAG = "*"  # stall alerts concern a whole run, not one tag
 

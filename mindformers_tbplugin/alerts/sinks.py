@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from mindformers_tbplugin.alerts.record import Alert
-from mindformers_tbplugin.config.schema import ConfigError, Problem
 from mindformers_tbplugin.log import WarnOnce, logger
+from mindformers_tbplugin.schema import ConfigError, Problem
 
 SINK_NAMES = ("log", "tensorboard", "jsonl", "command", "webhook")
 PLACEHOLDERS = ("rule", "message", "tag", "step", "value", "severity", "run")

@@ -10,12 +10,12 @@ from mindformers_tbplugin.alerts.engine import DEFAULT_RULES, AlertEngine, build
 from mindformers_tbplugin.alerts.expert_culprits import ExpertCulprits
 from mindformers_tbplugin.alerts.record import Alert
 from mindformers_tbplugin.alerts.sinks import Dispatcher, build_sinks, parse_sinks
-from mindformers_tbplugin.config.schema import ConfigError, Problem, check_entry, did_you_mean
 from mindformers_tbplugin.framework.layer_norms import wrapper_computes_local_norms
 from mindformers_tbplugin.framework.trainers import MonitorCallback, TrainStart
 from mindformers_tbplugin.log import logger
 from mindformers_tbplugin.pipeline import metrics
 from mindformers_tbplugin.pipeline.run import Run, training_run
+from mindformers_tbplugin.schema import ConfigError, Problem, check_entry, did_you_mean
 
 DEFAULT_SINKS = ("log", "tensorboard")
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from mindformers_tbplugin.config.schema import ConfigError, Problem, Range, check_entry
 from mindformers_tbplugin.framework.collectives import device_target
 from mindformers_tbplugin.framework.trainers import MonitorCallback, StepEnd, TrainStart
 from mindformers_tbplugin.log import WarnOnce, logger
 from mindformers_tbplugin.pipeline import custom_metrics, histograms
+from mindformers_tbplugin.schema import ConfigError, Problem, Range, check_entry
 from mindformers_tbplugin.tfevents.registry import get_writer
 
 TAG_PREFIX = "params/"

@@ -12,9 +12,9 @@ from typing import Annotated, Any
 from mindformers_tbplugin.callbacks.histogram_monitor import HistogramMonitor
 from mindformers_tbplugin.callbacks.tensorboard_monitor import TensorBoardMonitor
 from mindformers_tbplugin.config import replacements
-from mindformers_tbplugin.config.schema import ConfigError, Problem, Range, check_entry
 from mindformers_tbplugin.framework.trainers import StepEnd, TrainStart
 from mindformers_tbplugin.log import logger
+from mindformers_tbplugin.schema import ConfigError, Problem, Range, check_entry
 
 
 class TensorBoard(TensorBoardMonitor):

@@ -24,7 +24,7 @@ class TensorBoardMonitor(MonitorCallback):
     Its options (the YAML entry's keys) are TensorBoardOptions': docs/options.md lists them.
     """
 
-    OPTIONS = TensorBoardOptions  # the schema of the entry (config/schema.py reads it)
+    OPTIONS = TensorBoardOptions  # the schema of the entry (schema.py reads it)
     check_cross_fields = TensorBoardOptions.check_cross_fields
 
     def __init__(self, **options: Any) -> None:

@@ -37,7 +37,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
 
 def markdown_tables(ours: dict[str, type]) -> str:
     """One ``| option | default | meaning |`` table per callback type, as docs/options.md lays them out."""
-    from mindformers_tbplugin.config.schema import params_of
+    from mindformers_tbplugin.schema import params_of
 
     sections = []
     for name in sorted(ours):

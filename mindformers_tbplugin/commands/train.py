@@ -22,13 +22,13 @@ FRAMEWORK = ("mindspore", "mindformers")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from mindformers_tbplugin.framework.training_entry import add_train_arguments
+    from mindformers_tbplugin.commands.training_entry import add_train_arguments
 
     add_train_arguments(parser)
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
-    from mindformers_tbplugin.framework import training_entry
+    from mindformers_tbplugin.commands import training_entry
 
     check_before_training(args.config)  # every callback problem at once, before MindFormers builds anything
     training_entry.run(args, extra)
@@ -61,8 +61,8 @@ def check_before_training(path: str | Path) -> None:
     """
     from mindformers_tbplugin.config.checker import check_file
     from mindformers_tbplugin.config.report import count
-    from mindformers_tbplugin.config.schema import ConfigError
     from mindformers_tbplugin.errors import UsageError
+    from mindformers_tbplugin.schema import ConfigError
 
     path = Path(path).expanduser().resolve()
     if not path.is_file():

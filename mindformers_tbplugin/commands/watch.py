@@ -45,8 +45,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     from mindformers_tbplugin.alerts.record import Alert
     from mindformers_tbplugin.alerts.sinks import Dispatcher, build_sinks, format_alert
     from mindformers_tbplugin.alerts.watcher import Watcher
-    from mindformers_tbplugin.config.schema import ConfigError
     from mindformers_tbplugin.errors import UsageError
+    from mindformers_tbplugin.schema import ConfigError
 
     if args.list_rules:
         print(describe_rules())
@@ -130,8 +130,8 @@ def _load_config(path: Path) -> tuple[list[Any], list[Any]]:
     from mindformers_tbplugin.alerts.engine import build_rules
     from mindformers_tbplugin.alerts.sinks import build_sinks
     from mindformers_tbplugin.config import yaml_lines
-    from mindformers_tbplugin.config.schema import ConfigError
     from mindformers_tbplugin.errors import UsageError
+    from mindformers_tbplugin.schema import ConfigError
 
     try:
         data, root = yaml_lines.load(path.read_text(encoding="utf-8"))

@@ -18,8 +18,8 @@ import yaml
 
 from mindformers_tbplugin.config import replacements, yaml_lines
 from mindformers_tbplugin.config.report import Finding, Report, quiet_output
-from mindformers_tbplugin.config.schema import check_entry, did_you_mean, params_of
 from mindformers_tbplugin.errors import FrameworkImportError
+from mindformers_tbplugin.schema import check_entry, did_you_mean, params_of
 from mindformers_tbplugin.tfevents import run_folders
 
 CALLBACK_LISTS = ("callbacks", "eval_callbacks")

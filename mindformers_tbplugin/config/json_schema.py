@@ -10,7 +10,7 @@ from __future__ import annotations
 import typing
 from typing import Any
 
-from mindformers_tbplugin.config.schema import UNION_ORIGINS, Param, params_of, summary_of
+from mindformers_tbplugin.schema import UNION_ORIGINS, Param, params_of, summary_of
 
 DRAFT = "http://json-schema.org/draft-07/schema#"
 AUTO_REGISTER_DOC = "MindFormers' module route: 'module_file.ClassName' found on REGISTER_PATH."

@@ -5,12 +5,12 @@ subclasses) compute, inside the compiled step, each gradient's squared L2 norm a
 before the data-parallel reduction, and return them as one vector in the optimizer's parameter order.
 At a logged step the training thread copies that vector to the host once; the router groups it
 (one ``bincount``) and, on a multi-rank job, averages the groups' squares over the ranks in its one
-all-reduce. The log10 histogram of the per-parameter norms is built and encoded on the writer thread.
+all-reduce. The log10 histogram of the per-parameter norms is built and encoded on the writer thread
+(pipeline/histograms.py).
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,12 +18,8 @@ import numpy as np
 
 from mindformers_tbplugin.framework.host_values import host_copy
 from mindformers_tbplugin.framework.trainers import TrainStart
-from mindformers_tbplugin.pipeline import gradient_groups, histograms, metrics
+from mindformers_tbplugin.pipeline import metrics
 from mindformers_tbplugin.pipeline.gradient_groups import GroupLayout
-from mindformers_tbplugin.tfevents.events import histogram_event
-from mindformers_tbplugin.tfevents.writer import RunWriter
-
-HISTOGRAM_BINS = 30
 
 
 def wrapper_computes_local_norms(train_network: Any) -> bool:
@@ -54,15 +50,15 @@ class LayerNorms:
     def describe(self) -> str:
         return f"per-layer gradient norms of {len(self.gradients.names)} parameters in {len(self.gradients)} groups"
 
-    def read(self, step: int, last_logged_step: int, net_outputs: Any, writer: RunWriter | None) -> Any:
-        """This step's per-parameter squared gradient norms (one host copy), queueing their histogram
-        for the writer thread when one is due."""
+    def read(self, net_outputs: Any) -> Any:
+        """This step's per-parameter squared gradient norms (one host copy of one vector), or None."""
         output = metrics.local_norm_output(net_outputs)
-        squares = host_copy(output) if hasattr(output, "asnumpy") else output  # one host copy of one vector
+        return host_copy(output) if hasattr(output, "asnumpy") else output
+
+    def histogram_due(self, step: int, last_logged_step: int) -> bool:
+        """Whether ``step`` gets the histogram of log10 per-parameter gradient norms."""
         every = self.grad_hist_every
-        if squares is not None and writer is not None and every and step // every > last_logged_step // every:
-            writer.add_built(step, functools.partial(_histogram_event, np.array(squares, dtype=np.float64)))
-        return squares
+        return bool(every) and step // every > last_logged_step // every
 
 
 def parameter_norm(params: Sequence[Any], layer_norms: LayerNorms | None) -> dict[str, float]:
@@ -72,11 +68,3 @@ def parameter_norm(params: Sequence[Any], layer_norms: LayerNorms | None) -> dic
     squares = np.array([metrics.squared_norm(p.asnumpy()) for p in params], dtype=np.float64)
     layout = layer_norms.parameters
     return layout.tags(metrics.PARAM_NORM_PREFIX, layout.group_squares(squares), metrics.TRAIN_PARAM_NORM)
-
-
-def _histogram_event(squares: np.ndarray, step: int, wall_time: float) -> Any:
-    """Runs on the writer thread: the distribution of log10 per-parameter gradient norms."""
-    summary = histograms.histogram(gradient_groups.log10_norms(squares), HISTOGRAM_BINS)
-    if summary is None:  # no finite, non-zero norm: nothing to draw (the writer skips None)
-        return None
-    return histogram_event(step, wall_time, metrics.GRAD_NORM_HISTOGRAM, summary.stats, summary.limits, summary.counts)

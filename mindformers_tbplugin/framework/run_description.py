@@ -1,15 +1,10 @@
-"""What describes a run, decided from MindFormers' config and the live model, written once at train
-begin: HParams, the resolved config as text, the model graph and its parameter counts; and the
-HParams session status at the end.
-
-The values are gathered on the training thread (they need the live config and cells); the
-protobufs are built by :mod:`mindformers_tbplugin.tfevents.events` on the writer thread, through
-:meth:`RunWriter.add_built`.
+"""What describes a run, decided from MindFormers' config and the live model at train begin: HParams,
+the resolved config as text, the model graph and its parameter counts. The values are gathered on
+the training thread (they need the live config and cells); session/run_record.py writes them.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,15 +15,11 @@ from mindformers_tbplugin.framework import running_config
 from mindformers_tbplugin.framework.model_facts import ModelFacts
 from mindformers_tbplugin.pipeline.metrics import EVAL_LOSS, TRAIN_LOSS, static_learning_rate
 from mindformers_tbplugin.pipeline.topology import Topology
-from mindformers_tbplugin.tfevents import events
 from mindformers_tbplugin.tfevents.events import CellInfo, ParamInfo
-from mindformers_tbplugin.tfevents.writer import RunWriter
 
 if TYPE_CHECKING:
     from mindformers_tbplugin.framework.trainers import TrainStart
 
-CONFIG_TAG = "run/config"
-PARAMETERS_TAG = "run/parameters"
 HPARAM_METRICS = (TRAIN_LOSS, EVAL_LOSS)
 
 
@@ -246,33 +237,32 @@ def parameter_table(cells: list[CellInfo], depth: int = 2) -> str:
     return "\n".join(rows)
 
 
-# -- entry points for TensorBoardMonitor ----------------------------------------------------------
-def write_run_start(
-    writer: RunWriter,
-    start: TrainStart,
-    experiment: str,
-    options: RunInfoOptions,
-    model_values: Mapping[str, Any] | None = None,
-) -> None:
-    """Queue what describes the run. Call on the writing rank, at train begin."""
-    step = start.facts.initial_global_step
+# -- what describes a run ---------------------------------------------------------------------------
+@dataclass
+class RunDescription:
+    """What a run records at train begin, read from the live model and config (session/ writes it)."""
+
+    step: int
+    cells: list[CellInfo]  # for the Graphs dashboard (empty: none)
+    parameters: str | None  # the parameter-count table
+    config: str | None  # the resolved YAML
+    hparams: dict[str, bool | int | float | str] | None
+
+
+def describe_run(
+    start: TrainStart, experiment: str, options: RunInfoOptions, model_values: Mapping[str, Any] | None = None
+) -> RunDescription:
+    """What describes the run, as ``options`` ask. On the writing rank, at train begin."""
     cells = describe_cells(unwrap_model(start.network)) if start.network is not None else []
-    if options.graph and cells:
-        writer.add_built(step, lambda s, wall: events.graph_event(s, wall, cells))
-        writer.add_text(step, PARAMETERS_TAG, parameter_table(cells))
-    if options.config and start.config is not None:
-        writer.add_text(step, CONFIG_TAG, config_text(start.config.config))
+    hparams = None
     if options.hparams:
         facts = start.facts
         parameters = cells[0].total if cells else sum(int(p.size) for p in facts.trainable_params) or None
-        values = hparam_values(start.config, facts, start.topology, experiment, parameters, start.epochs, model_values)
-        wall_start = time.time()
-        writer.add_built(
-            step, lambda s, wall: events.hparams_experiment_event(s, wall, HPARAM_COLUMNS, HPARAM_METRICS, wall_start)
-        )
-        writer.add_built(step, lambda s, wall: events.hparams_session_start_event(s, wall, values, wall_start))
-
-
-def write_run_end(writer: RunWriter, step: int, succeeded: bool) -> None:
-    """Close the HParams session with its status (TensorBoard shows it in the session table)."""
-    writer.add_built(step, lambda s, wall: events.hparams_session_end_event(s, wall, succeeded))
+        hparams = hparam_values(start.config, facts, start.topology, experiment, parameters, start.epochs, model_values)
+    return RunDescription(
+        step=start.facts.initial_global_step,
+        cells=cells if options.graph else [],
+        parameters=parameter_table(cells) if options.graph and cells else None,
+        config=config_text(start.config.config) if options.config and start.config is not None else None,
+        hparams=hparams,
+    )

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mindformers_tbplugin.config.schema import NON_EMPTY_TEXT, Kind
+from mindformers_tbplugin.schema import NON_EMPTY_TEXT, Kind
 
 GROUPINGS = ("layer", "param")
 OTHER_GROUP = "other"

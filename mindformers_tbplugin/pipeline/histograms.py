@@ -17,6 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from mindformers_tbplugin.pipeline import gradient_groups, metrics
+from mindformers_tbplugin.tfevents.events import histogram_event
+
 
 @dataclass(frozen=True)
 class Histogram:
@@ -83,3 +86,16 @@ def select_names(names: Iterable[str], include: Sequence[str] | None, exclude: S
             continue
         chosen.append(name)
     return chosen
+
+
+NORM_HISTOGRAM_BINS = 30
+
+
+def gradient_norms_histogram_event(squares: np.ndarray, step: int, wall_time: float) -> Any:
+    """On the writer thread: the distribution of log10 per-parameter gradient norms
+    (``grad_norm/per_param_log10``) from their squares; None (nothing written) when none is finite and
+    non-zero."""
+    summary = histogram(gradient_groups.log10_norms(squares), NORM_HISTOGRAM_BINS)
+    if summary is None:
+        return None
+    return histogram_event(step, wall_time, metrics.GRAD_NORM_HISTOGRAM, summary.stats, summary.limits, summary.counts)

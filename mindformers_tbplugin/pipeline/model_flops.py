@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mindformers_tbplugin.config.schema import Kind
 from mindformers_tbplugin.pipeline import metrics
+from mindformers_tbplugin.schema import Kind
 
 # Dense FP16/BF16 peak TFLOPS of one device (one rank), by the SoC name MindSpore reports
 # (``mindspore.hal.get_device_name``): the matrix (Cube) units' peak, AI cores x Cube clock x 8,192

@@ -1,7 +1,7 @@
 """Importing this module registers every class of the catalog in MindFormers' registry."""
 
-from mindformers_tbplugin.framework.mindformers_api import register
-from mindformers_tbplugin.log import logger, route_to_mindformers
+from mindformers_tbplugin.framework.mindformers_api import register, resolve
+from mindformers_tbplugin.log import logger, route_to
 from mindformers_tbplugin.registration.catalog import WRAPPERS, load, our_callbacks
 
 
@@ -9,7 +9,7 @@ def register_callbacks() -> None:
     """Every callback under its YAML name, then the runner wrappers. Idempotent."""
     for callback in our_callbacks().values():
         register(callback, "CALLBACK")
-    route_to_mindformers()
+    route_to(resolve("mindformers_logger"))
     for name in WRAPPERS:
         try:
             register(load(name), "WRAPPER")

@@ -5,10 +5,13 @@ holds what the training's other callbacks and user code share.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from mindformers_tbplugin.framework import run_description
 from mindformers_tbplugin.framework.collectives import Collectives
@@ -19,11 +22,11 @@ from mindformers_tbplugin.framework.model_outputs import ModelOutputs
 from mindformers_tbplugin.framework.system_stats import MemoryReadings
 from mindformers_tbplugin.framework.trainers import StepEnd, TrainStart
 from mindformers_tbplugin.log import WarnOnce, logger
-from mindformers_tbplugin.pipeline import custom_metrics, expert_routing, metrics
+from mindformers_tbplugin.pipeline import custom_metrics, expert_routing, histograms, metrics
 from mindformers_tbplugin.pipeline.metrics import MetricKind, StepMetrics
 from mindformers_tbplugin.pipeline.routing import MetricRouter, RouterOptions
 from mindformers_tbplugin.pipeline.run import Run, training_run
-from mindformers_tbplugin.session import run_folder
+from mindformers_tbplugin.session import run_folder, run_record
 from mindformers_tbplugin.session.tensorboard_options import TensorBoardOptions
 from mindformers_tbplugin.tfevents.registry import get_writer, on_sigterm, remove_sigterm_listener
 from mindformers_tbplugin.tfevents.writer import RunWriter
@@ -114,8 +117,7 @@ class MonitorSession:
             self._eval.attach(start.eval_callbacks)
         if self.writer is not None:
             run_info = run_description.RunInfoOptions(options.log_hparams, options.log_config, options.log_graph)
-            describe = (self.writer, start, experiment, run_info, self.outputs.hparams)
-            self.guard("run_info", run_description.write_run_start, *describe)
+            self.guard("run_info", self._describe, start, run_info)
         logger.info("%s: %s", NAME, topology.describe())
         if self.layer_norms is not None:
             logger.info("%s: %s", NAME, self.layer_norms.describe())
@@ -123,6 +125,10 @@ class MonitorSession:
         if self.writer is not None:
             logger.info("%s: writing %s. View it: mftb tensorboard %s", NAME, self.run_dir, self.log_root)
         return router
+
+    def _describe(self, start: TrainStart, run_info: run_description.RunInfoOptions) -> None:
+        description = run_description.describe_run(start, self.options.experiment, run_info, self.outputs.hparams)
+        run_record.write_description(self.writer, description)
 
     def _open_writer(self, run_dir: Path) -> RunWriter:
         writer = get_writer(run_dir, flush_secs=self.options.flush_secs, max_queue=self.options.max_queue)
@@ -146,7 +152,14 @@ class MonitorSession:
         outputs = step_end.outputs()
         step_metrics = metrics.train_metrics(step, outputs)
         if self.layer_norms is not None:
-            step_metrics.grad_squares = self.layer_norms.read(step, self._last_logged_step, outputs, self.writer)
+            squares = step_metrics.grad_squares = self.layer_norms.read(outputs)
+            if (
+                squares is not None
+                and self.writer is not None
+                and self.layer_norms.histogram_due(step, self._last_logged_step)
+            ):
+                histogram = functools.partial(histograms.gradient_norms_histogram_event, np.array(squares, np.float64))
+                self.writer.add_built(step, histogram)
         data, model, system = step_metrics.data, step_metrics.model, step_metrics.system
         if self._loss_divisor != 1.0 and metrics.TRAIN_LOSS in data:
             data[metrics.TRAIN_LOSS] /= self._loss_divisor
@@ -225,7 +238,7 @@ class MonitorSession:
             status = status or (stop.status() if stop else f"completed at step {self.step}")
             self.writer.add_text(self.step, metrics.META_STATUS, status)
             if self.options.log_hparams:  # a stop by an alert is no success
-                run_description.write_run_end(self.writer, self.step, clean and stop is None)
+                run_record.write_end(self.writer, self.step, clean and stop is None)
         for writer in (self.writer, router.rank_run):
             if writer is not None:
                 writer.close()

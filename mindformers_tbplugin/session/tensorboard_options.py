@@ -1,7 +1,7 @@
 """TensorBoardMonitor's options: one dataclass, the schema every entry is checked against.
 
 The YAML entry's keys are its fields (MindFormers' registry still builds the callback from them as
-keyword arguments). :mod:`mindformers_tbplugin.config.schema` reads the field types, ranges and the
+keyword arguments). :mod:`mindformers_tbplugin.schema` reads the field types, ranges and the
 ``Args:`` lines below for ``mftb validate``, the JSON Schema, ``mftb schema`` and docs/options.md.
 """
 
@@ -13,10 +13,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from mindformers_tbplugin.config.schema import NON_EMPTY_TEXT, ConfigError, Problem, Range, check_entry
 from mindformers_tbplugin.pipeline import custom_metrics
 from mindformers_tbplugin.pipeline.gradient_groups import NORM_GROUPS
 from mindformers_tbplugin.pipeline.model_flops import PEAK
+from mindformers_tbplugin.schema import NON_EMPTY_TEXT, ConfigError, Problem, Range, check_entry
 from mindformers_tbplugin.tfevents import run_folders
 
 
