@@ -18,6 +18,7 @@ import mindspore  # noqa: F401  (first: tensorboard's protobufs loaded before it
 from benchmarks import (
     alert_engine_cost,
     crash_loss,
+    decode_cost,
     encode_cost,
     event_bytes,
     histogram_cost,
@@ -36,6 +37,7 @@ from benchmarks import (
 # Modules with markdown_section(quick) -> (text, missed targets), written in this order.
 SECTIONS = [
     encode_cost,
+    decode_cost,
     event_bytes,
     import_cost,
     queue_memory,

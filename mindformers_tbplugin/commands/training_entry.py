@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mindformers_tbplugin.commands.key_values import key_value, yaml_value
 from mindformers_tbplugin.errors import UsageError
 
 RUN_MODES = ("train", "finetune")
@@ -95,31 +96,19 @@ _SIMPLE_OVERRIDES = {
 }
 
 
-def parse_value(text: str) -> Any:
-    """YAML scalar semantics for KEY=VALUE overrides (numbers, booleans, lists, strings)."""
-    import yaml
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-
-
 def overrides_from_args(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     """Dotted-key overrides from the options given (``--key.sub value`` pairs included)."""
     overrides = {key: getattr(args, name) for name, key in _SIMPLE_OVERRIDES.items() if getattr(args, name) is not None}
     for item in args.options or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise UsageError(f"--options expects KEY=VALUE, got {item!r}")
-        overrides[key] = parse_value(value)
+        key, value = key_value(item, "--options")
+        overrides[key] = value
     pairs = [part for item in extra for part in item.split("=", 1)]
     if len(pairs) % 2:
         raise UsageError(f"config overrides must come as '--key value' pairs, got {' '.join(extra)!r}")
     for key, value in zip(pairs[::2], pairs[1::2], strict=False):
         if not key.startswith("--"):
             raise UsageError(f"config override keys start with '--', got {key!r}")
-        overrides[key[2:]] = parse_value(value)
+        overrides[key[2:]] = yaml_value(value)
     return overrides
 
 

@@ -103,22 +103,13 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _rules_from_flags(flags: list[str]) -> list[dict[str, Any]]:
     """``'spike,tag=train/loss,k=6'`` -> ``{rule: spike, tag: train/loss, k: 6}`` (values read as YAML)."""
-    import yaml
-
-    from mindformers_tbplugin.errors import UsageError
+    from mindformers_tbplugin.commands.key_values import key_value
 
     specs = []
     for flag in flags:
         name, *pairs = flag.split(",")
         spec: dict[str, Any] = {"rule": name.strip()}
-        for pair in pairs:
-            key, sep, value = pair.partition("=")
-            if not sep or not key.strip():
-                raise UsageError(f"--rule {flag!r}: expected NAME,param=value,..., got {pair!r}")
-            try:
-                spec[key.strip()] = yaml.safe_load(value)
-            except yaml.YAMLError:
-                spec[key.strip()] = value
+        spec.update(key_value(pair, f"--rule {flag!r}", "NAME,param=value,...") for pair in pairs)
         specs.append(spec)
     return specs
 

@@ -25,11 +25,10 @@ from dataclasses import dataclass, field
 from itertools import chain, islice, repeat
 from pathlib import Path
 
-from tensorboard.compat.proto import event_pb2
-
 from mindformers_tbplugin.log import logger
+from mindformers_tbplugin.tfevents.decode import decode_event, decode_value
 from mindformers_tbplugin.tfevents.records import CORRUPT, FOOTER_BYTES, HEADER_BYTES, RecordReader
-from mindformers_tbplugin.tfevents.wire import is_scalar_metadata, read_key, read_varint, skip_field, tensor_scalar
+from mindformers_tbplugin.tfevents.wire import read_key, read_varint, skip_field, tensor_scalar
 
 _unpack_f32 = struct.Struct("<f").unpack_from
 _unpack_f64 = struct.Struct("<d").unpack_from
@@ -194,46 +193,23 @@ class EventFileReader:
         return name
 
     def _parse_value(self, buf: bytes, i: int, end: int) -> tuple[str, float] | None:
-        raw_tag = b""
-        simple: float | None = None
-        tensor = metadata = None
-        while i < end:
-            key = buf[i]
-            i += 1
-            if key == 0x0A:  # tag
-                length, i = read_varint(buf, i)
-                raw_tag = buf[i : i + length]
-                i += length
-            elif key == 0x15:  # simple_value, float
-                simple = _unpack_f32(buf, i)[0]
-                i += 4
-            elif key == 0x42:  # tensor
-                length, i = read_varint(buf, i)
-                tensor = (i, i + length)
-                i += length
-            elif key == 0x4A:  # metadata
-                length, i = read_varint(buf, i)
-                metadata = (i, i + length)
-                i += length
-            else:
-                if key >= 0x80:
-                    key, i = read_varint(buf, i - 1)
-                i = skip_field(buf, i, key)
+        value = decode_value(buf, i, end)
+        raw_tag = value.tag.encode("utf-8")
         name = self._names.get(raw_tag, "")
         if name == "":
             name = self._learn_tag(raw_tag)
         if name is None:
             return None
-        if simple is not None:
-            return name, simple
-        if tensor is None:
+        if value.simple_value is not None:
+            return name, value.simple_value
+        if value.tensor is None:
             return None
-        if metadata is not None:
-            self._scalar_tensor_tags[name] = is_scalar_metadata(buf, *metadata)
+        if value.has_metadata:  # writers send it with a tag's first point only
+            self._scalar_tensor_tags[name] = value.is_scalar
         if not self._scalar_tensor_tags.get(name, True):
             return None
-        value = tensor_scalar(buf, *tensor)
-        return None if value is None else (name, value)
+        point = tensor_scalar(value.tensor, 0, len(value.tensor))
+        return None if point is None else (name, point)
 
 
 @dataclass(frozen=True)
@@ -320,23 +296,21 @@ def scan_file(path: Path, steps: StepTracker | None = None) -> FileScan:
 
 
 def _summarize(scan: FileScan, steps: StepTracker, payload: bytes) -> None:
-    try:
-        # A fresh message per record: re-parsing into one message grows its arena without bound (upb).
-        event = event_pb2.Event.FromString(payload)
-    except Exception:  # a checksummed record that is no Event: not ours to judge
+    event = decode_event(payload)
+    if event is None:  # a checksummed record that is no Event: not ours to judge
         return
     if event.wall_time:
         scan.first_wall = scan.first_wall or event.wall_time
         scan.last_wall = event.wall_time
-    if event.HasField("session_log") and event.session_log.status == event_pb2.SessionLog.START:
+    if event.session_start:
         scan.starts.append(event.step)
         steps.start(event.step)
         return
-    if not event.HasField("summary"):
+    if not event.has_summary:
         return
     step = event.step
-    for value in event.summary.value:
-        if value.HasField("simple_value") or value.metadata.plugin_data.plugin_name == "scalars":
+    for value in event.values:
+        if value.simple_value is not None or value.plugin_name == "scalars":
             scan.points[value.tag] += 1
         steps.see(scan.path, value.tag, step)
     scan.min_step = step if scan.min_step is None else min(scan.min_step, step)

@@ -17,8 +17,6 @@ _INF = float("inf")
 # TensorProto dtypes we can read as a number: dtype -> (struct format, bytes per element).
 _DTYPE_FORMATS = {1: ("<f", 4), 2: ("<d", 8), 3: ("<i", 4), 9: ("<q", 8), 10: ("<?", 1), 19: ("<e", 2)}
 _DT_BFLOAT16 = 14
-_DATA_CLASS_SCALAR = 1
-_SCALARS_PLUGIN = "scalars"
 
 
 def encode_varint(value: int) -> bytes:
@@ -74,31 +72,6 @@ def skip_field(buf: bytes, i: int, key: int) -> int:
 def read_key(buf: bytes, i: int) -> tuple[int, int]:
     key = buf[i]
     return (key, i + 1) if key < 0x80 else read_varint(buf, i)
-
-
-def is_scalar_metadata(buf: bytes, i: int, end: int) -> bool:
-    """SummaryMetadata says scalar: plugin ``scalars`` or data class SCALAR."""
-    plugin = ""
-    data_class = 0
-    while i < end:
-        key, i = read_key(buf, i)
-        if key == 0x0A:  # plugin_data
-            length, i = read_varint(buf, i)
-            j, stop = i, i + length
-            while j < stop:
-                inner, j = read_key(buf, j)
-                if inner == 0x0A:  # plugin_name
-                    size, j = read_varint(buf, j)
-                    plugin = buf[j : j + size].decode("utf-8", "replace")
-                    j += size
-                else:
-                    j = skip_field(buf, j, inner)
-            i = stop
-        elif key == 0x20:  # data_class
-            data_class, i = read_varint(buf, i)
-        else:
-            i = skip_field(buf, i, key)
-    return plugin == _SCALARS_PLUGIN or data_class == _DATA_CLASS_SCALAR
 
 
 def tensor_scalar(buf: bytes, i: int, end: int) -> float | None:

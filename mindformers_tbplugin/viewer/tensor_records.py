@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
-from tensorboard.compat.proto import event_pb2, types_pb2
+from tensorboard.compat.proto import types_pb2
 
 from mindformers_tbplugin.log import logger
+from mindformers_tbplugin.tfevents.decode import decode_event, tensor_array
 from mindformers_tbplugin.tfevents.records import RecordReader
 from mindformers_tbplugin.tfevents.run_folders import event_files, walk_runs
 
@@ -46,21 +47,18 @@ class TensorRecord:
 
 def parse(payload: bytes, tag: str, plugin_name: str, where: Where) -> TensorRecord | None:
     """The record of ``tag`` in one serialised Event; None when it holds none (or not as a tensor)."""
-    try:
-        event = event_pb2.Event.FromString(payload)
-    except Exception:  # a checksummed record that is no Event: not ours
+    event = decode_event(payload)
+    if event is None:  # a checksummed record that is no Event: not ours
         return None
-    for value in event.summary.value:
-        plugin = value.metadata.plugin_data
-        if value.tag != tag or plugin.plugin_name not in ("", plugin_name):
+    for value in event.values:
+        if value.tag != tag or value.plugin_name not in ("", plugin_name) or value.tensor is None:
             continue
-        tensor = value.tensor
-        dtype = _DTYPES.get(tensor.dtype)
-        dims = tuple(d.size for d in tensor.tensor_shape.dim)
-        if dtype is None or int(np.prod(dims)) * np.dtype(dtype).itemsize != len(tensor.tensor_content):
+        code, dims, content = tensor_array(value.tensor)
+        dtype = _DTYPES.get(code)
+        if dtype is None or int(np.prod(dims)) * np.dtype(dtype).itemsize != len(content):
             return None
-        array = np.frombuffer(tensor.tensor_content, dtype).reshape(dims).astype(np.float16, copy=False)
-        return TensorRecord(event.step, array, plugin.content, where)
+        array = np.frombuffer(content, dtype).reshape(dims).astype(np.float16, copy=False)
+        return TensorRecord(event.step, array, value.plugin_content, where)
     return None
 
 
