@@ -72,12 +72,12 @@ lint: $(INSTALLED)
 test: lint browser
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest
 
-# The unit tests only, in under a minute: no lint, none of the tests marked slow (trainings, msrun jobs,
+# The unit tests only, in under a minute: no lint, none of the tests marked process (trainings, msrun jobs,
 # interpreters that import MindSpore/MindFormers, TensorBoard servers, the browser). `make test` runs them all.
 test-fast: $(INSTALLED)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -m "not slow"
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -m "not process"
 
-# Headless Chromium for tests/test_browser.py: installed with apt-get when we are root (said first); otherwise
+# Headless Chromium for tests/jobs/test_browser.py: installed with apt-get when we are root (said first); otherwise
 # that test skips.
 browser:
 	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
@@ -91,7 +91,7 @@ browser:
 # Regenerates the README's pictures: tiny trainings shown by `mftb tensorboard` in headless Chromium.
 screenshot: $(INSTALLED) browser
 	rm -rf docs/.new && mkdir docs/.new
-	MFTB_SCREENSHOTS=$(CURDIR)/docs/.new PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q tests/test_browser.py
+	MFTB_SCREENSHOTS=$(CURDIR)/docs/.new PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q tests/jobs/test_browser.py
 	@for picture in tensorboard-scalars.png tensorboard-ranks.png tensorboard-ranks-heatmap.png tensorboard-moe.png; do \
 		test -s docs/.new/$$picture || { echo "screenshot: $$picture not taken (browser test skipped?)"; exit 1; }; \
 	done

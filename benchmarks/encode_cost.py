@@ -68,7 +68,7 @@ def markdown_section(quick: bool) -> tuple[str, list[str]]:
     lines += [
         "",
         "Training processes run the pure-Python implementation: the writer uses the direct encoder for scalar "
-        "events (byte-identical output, tests/test_tfevents_scalar_encoding.py) and protobuf for the rare other "
+        "events (byte-identical output, tests/tfevents/test_events.py) and protobuf for the rare other "
         "records.",
         "",
     ]

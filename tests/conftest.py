@@ -1,8 +1,8 @@
-"""Shared fixtures: one real tiny MindFormers training reused by many tests, and readers.
+"""Shared fixtures: one real tiny MindFormers training reused by many tests, readers, subprocess environments.
 
-Tests marked ``slow`` start processes (trainings, msrun jobs, interpreters that import MindSpore or
+Tests marked ``process`` start processes (trainings, msrun jobs, interpreters that import MindSpore or
 MindFormers, TensorBoard servers, a browser); ``make test-fast`` runs the others. A module says so with
-``pytestmark``, a test with ``@pytest.mark.slow``; a test that uses the training fixtures below
+``pytestmark``, a test with ``@pytest.mark.process``; a test that uses the training fixtures below
 (``tiny_data`` and everything built on it) is marked here, wherever it lives."""
 
 from __future__ import annotations
@@ -53,6 +53,30 @@ def subprocess_env(**extra: str) -> dict[str, str]:
         extra = {**extra, "PYTHONPATH": f"{extra['PYTHONPATH']}{os.pathsep}{env['PYTHONPATH']}"}
     env.update(extra)
     return env
+
+
+# Builds tiny mcore models in a fresh interpreter (MindFormers' context is process-wide and it logs
+# under ./output) and prints their trainable parameters' names.
+BUILD_MCORE_MODELS = """
+import json
+from mindformers.core.context.build_context import build_context
+build_context({"use_legacy": False, "context": {"mode": 0, "device_target": "CPU"}, "parallel": {}})
+from mindformers.models.deepseek3.configuration_deepseek_v3 import DeepseekV3Config
+from mindformers.models.deepseek3.modeling_deepseek_v3_train import TrainingDeepseekV3ForCausalLM
+from mindformers.models.qwen3.configuration_qwen3 import Qwen3Config
+from mindformers.models.qwen3.modeling_qwen3_train import TrainingQwen3ForCausalLM
+tiny = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=4, max_position_embeddings=64, seq_length=32, tie_word_embeddings=False,
+            params_dtype="float32", compute_dtype="float32", layernorm_compute_dtype="float32",
+            softmax_compute_dtype="float32", rotary_dtype="float32", use_flash_attention=False)
+qwen3 = TrainingQwen3ForCausalLM(Qwen3Config(head_dim=16, **tiny))
+deepseek = TrainingDeepseekV3ForCausalLM(DeepseekV3Config(
+    moe_intermediate_size=32, num_nextn_predict_layers=1, n_shared_experts=1, n_routed_experts=4,
+    num_experts_per_tok=2, n_group=1, topk_group=1, kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8,
+    v_head_dim=16, qk_nope_head_dim=16, first_k_dense_replace=1, moe_grouped_gemm=True, **tiny))
+print("NAMES " + json.dumps({model: [p.name for p in net.trainable_params()]
+                             for model, net in (("qwen3", qwen3), ("deepseek_v3", deepseek))}))
+"""
 
 
 def printed_json(code: str, cwd: Path, prefix: str) -> Any:
@@ -143,14 +167,14 @@ def run_dirs(log_root: Path) -> list[Path]:
 
 
 # Fixtures that make data or run trainings in subprocesses: a test that needs one, directly or through
-# another fixture, is slow.
+# another fixture, starts processes.
 TRAINING_FIXTURES = frozenset({"tiny_data"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if TRAINING_FIXTURES.intersection(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.process)
 
 
 @pytest.fixture(scope="session")

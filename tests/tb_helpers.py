@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 from conftest import MFTB, subprocess_env
 
+from mindformers_tbplugin.pipeline.rank_records import CHANNELS, PLUGIN_NAME, TAG, RankLayout
 from mindformers_tbplugin.tfevents.events import tensor_event
 from mindformers_tbplugin.tfevents.writer import RunWriter
 from mindformers_tbplugin.viewer import tensorboard_server
@@ -229,3 +230,33 @@ def write_tensor_records(
         )
     writer.add_scalars(first_step, {"train/loss": 1.0})
     writer.close()
+
+
+# -- the ranks dashboard's records of a synthetic job --------------------------------------------------
+RANKS_PER_NODE = 8
+WORKER_LOG = "/jobs/out/msrun_log/{node}/worker_{rank}.log"
+
+
+def layout(world: int, worker_log: str | None = WORKER_LOG) -> RankLayout:
+    nodes = tuple(rank // RANKS_PER_NODE for rank in range(world))
+    names = tuple(f"host{n}" for n in range(-(-world // RANKS_PER_NODE)))
+    return RankLayout(world, CHANNELS, 10, 1, nodes, names, worker_log)
+
+
+def matrices(world: int, records: int, seed: int = 0) -> np.ndarray:
+    """(records, world, channels): step times ~100 ms within 1%, memory rising with the rank."""
+    rng = np.random.default_rng(seed)
+    out = np.empty((records, world, len(CHANNELS)), np.float32)
+    out[..., 0] = rng.uniform(99, 101, (records, world))
+    out[..., 1] = 20 + np.arange(world) / world
+    out[..., 2] = 30.0
+    out[..., 3] = 31.0
+    return out
+
+
+def write_ranks_run(
+    run_dir: Path, values: np.ndarray, first_step: int = 10, every: int = 10, rank_layout: RankLayout | None = None
+) -> None:
+    """One writer's records, as the monitor writes them: the layout in the first one only."""
+    rank_layout = rank_layout or layout(values.shape[1])
+    write_tensor_records(run_dir, values, TAG, PLUGIN_NAME, rank_layout.content(), first_step, every)

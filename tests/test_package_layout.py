@@ -187,3 +187,38 @@ def test_architecture_page_names_every_module_and_only_existing_ones():
     named = set(re.findall(r"\b((?:[a-z_]+/)+[a-z_]+\.py)\b", text))
     missing = sorted(p for p in named if not (PACKAGE / p).exists() and not (PACKAGE.parent / p).exists())
     assert not missing, f"docs/architecture.md names modules that do not exist: {missing}"
+
+
+# -- the tests' shape ---------------------------------------------------------------------------------
+TESTS = Path(__file__).resolve().parent
+# tests/ holds what the tests share (conftest.py, fakes.py, tb_helpers.py, helpers/), the rules of the
+# package and of its documentation, and the tests of top-level modules; jobs/ the whole-product tests.
+TOP_LEVEL_TESTS = {"test_package_layout.py", "test_readme_and_benchmarks.py"}
+NOT_ROOMS = {"jobs", "helpers", "compat", "__pycache__"}
+
+
+def test_tests_mirror_the_package() -> None:
+    """tests/<room>/test_<module>.py tests mindformers_tbplugin/<room>/<module>.py."""
+    misplaced = []
+    for test_file in sorted(TESTS.rglob("test_*.py")):
+        relative = test_file.relative_to(TESTS)
+        if relative.parts[0] in NOT_ROOMS or relative.name in TOP_LEVEL_TESTS:
+            continue
+        module = PACKAGE.joinpath(*relative.parts[:-1], relative.name.removeprefix("test_"))
+        if not module.is_file():
+            misplaced.append(f"{relative}: no {module.relative_to(PACKAGE.parent)}")
+    assert not misplaced, "test files named after no module:\n" + "\n".join(misplaced)
+
+
+def test_tests_share_helpers_through_the_shared_modules_only() -> None:
+    """A test module imports no other test module: what tests share is in conftest.py, fakes.py or
+    tb_helpers.py."""
+    test_modules = {path.stem for path in TESTS.rglob("test_*.py")}
+    offenders = sorted(
+        f"{path.relative_to(TESTS)} imports {name}"
+        for path in TESTS.rglob("*.py")
+        if "compat" not in path.relative_to(TESTS).parts
+        for name in imported_names(path)
+        if name.split(".")[0] in test_modules
+    )
+    assert not offenders, "\n".join(offenders)

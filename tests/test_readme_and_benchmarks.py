@@ -45,7 +45,7 @@ def test_readme_starts_with_the_two_commands() -> None:
     assert readme.index("make demo") < readme.index("make test") < readme.index("```yaml\ncallbacks:")
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_benchmark_harness_writes_a_table(tmp_path: Path) -> None:
     output = tmp_path / "BENCH.md"
     subprocess.run(

@@ -76,7 +76,7 @@ def test_did_you_mean_ignores_case_and_stays_quiet_when_nothing_is_close() -> No
     assert did_you_mean(5, ["spike"]) is None
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_every_exported_callback_has_an_entry_in_the_printed_schema(printed_schema: dict) -> None:
     ours = our_callbacks()
     assert {"TensorBoardMonitor", "HistogramMonitor", "AlertMonitor"} <= set(ours)
@@ -91,7 +91,7 @@ def test_every_exported_callback_has_an_entry_in_the_printed_schema(printed_sche
 
 
 @pytest.mark.parametrize("config", BUNDLED, ids=lambda p: p.name)
-@pytest.mark.slow
+@pytest.mark.process
 def test_json_schema_accepts_the_bundled_configs(printed_schema: dict, config: Path) -> None:
     document = yaml.safe_load(config.read_text())
     jsonschema.Draft7Validator.check_schema(printed_schema)
@@ -119,13 +119,13 @@ def test_npu_configs_carry_every_callback_type_we_offer() -> None:
         {"log_dir": "/tmp/tb"},
     ],
 )
-@pytest.mark.slow
+@pytest.mark.process
 def test_json_schema_rejects_what_validate_rejects(printed_schema: dict, entry: dict) -> None:
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.Draft7Validator(printed_schema).validate({"callbacks": [entry]})
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_markdown_format_prints_one_table_per_callback() -> None:
     result = subprocess.run(
         [MFTB, "schema", "--format", "markdown"], env=subprocess_env(), capture_output=True, text=True, check=True

@@ -84,7 +84,7 @@ def test_summary_collector_is_refused_with_the_entries_that_replace_it(
     assert _check(tmp_path, [{"type": "MFLossMonitor"}, *replacement])[0] == []
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_mftb_train_refuses_summary_collector_before_building_anything(tmp_path: Path) -> None:
     config = yaml.safe_load(TINY_CONFIG.read_text())
     config["callbacks"] = [{"type": "MFLossMonitor"}, {"summary_collector": {"summary_dir": str(tmp_path / "s")}}]

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from conftest import TINY_CONFIG, TrainingRun, mf_losses, read_scalars
 
-pytestmark = [pytest.mark.slow, pytest.mark.compat]
+pytestmark = [pytest.mark.process, pytest.mark.compat]
 
 STEPS = 32  # 64 samples, batch 2
 # One process: perf/tokens_per_s is the job's own; no perf/job_* tags (they come from the cross-rank aggregation).

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import tensorboardX
 from conftest import MFTB, subprocess_env
-from test_tfevents_reader import tensor_scalar_summary
+from fakes import tensor_scalar_summary
 
 
 def watch(*args: str) -> subprocess.CompletedProcess:

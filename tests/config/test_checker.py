@@ -1,6 +1,6 @@
 """`mftb validate`: every mistake in the callbacks block reported with its YAML path and line.
 
-The broken configs under tests/broken_configs/ are real files; each case names the exact message
+The broken configs under tests/config/broken_configs/ are real files; each case names the exact message
 (path, line, what is allowed) and the exit status the launcher relies on: 1 problems, 2 unusable.
 """
 
@@ -166,7 +166,7 @@ def corpus_run() -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-@pytest.mark.slow
+@pytest.mark.process
 def test_each_broken_config_names_path_line_and_what_is_allowed(
     name: str, corpus_run: subprocess.CompletedProcess[str]
 ) -> None:
@@ -178,7 +178,7 @@ def test_each_broken_config_names_path_line_and_what_is_allowed(
     assert check_file(BROKEN / name, our_callbacks()).exit_code == expected_status
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_no_traceback_and_the_worst_status_wins(corpus_run: subprocess.CompletedProcess[str]) -> None:
     assert corpus_run.returncode == 2
     assert "Traceback" not in corpus_run.stdout + corpus_run.stderr
@@ -194,7 +194,7 @@ def test_no_traceback_and_the_worst_status_wins(corpus_run: subprocess.Completed
         (["entry_without_type.yaml", "key_typo.yaml"], 2),
     ],
 )
-@pytest.mark.slow
+@pytest.mark.process
 def test_exit_status_contract_for_launchers(files: list[str], status: int) -> None:
     result = subprocess.run(
         [MFTB, "validate", *(str(BROKEN / f) for f in files)], env=subprocess_env(), capture_output=True, text=True
@@ -204,7 +204,7 @@ def test_exit_status_contract_for_launchers(files: list[str], status: int) -> No
 
 
 @pytest.mark.compat
-@pytest.mark.slow
+@pytest.mark.process
 def test_every_bundled_config_is_valid() -> None:
     configs = sorted(str(p) for p in (REPO / "configs").rglob("*.yaml"))
     assert len(configs) >= 4
@@ -215,7 +215,7 @@ def test_every_bundled_config_is_valid() -> None:
     assert "warning:" not in result.stdout  # a warning is about something to change: none in what we ship
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_mftb_train_stops_before_mindformers_with_the_same_messages(tmp_path: Path) -> None:
     # A misspelt key that the callback's own constructor never sees (MindFormers would pass it as an
     # unexpected keyword): the YAML check names it with its line before anything is built.
@@ -373,7 +373,7 @@ def test_print_separate_loss_off_in_an_mcore_config_is_a_note(
     assert notes == ([LOSS_PARTS_NOTE] if noted else [])
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_mftb_validate_prints_the_pynative_warning_and_the_loss_part_note(tmp_path: Path) -> None:
     pynative, moe = tmp_path / "pynative.yaml", tmp_path / "moe.yaml"
     text = PYNATIVE.read_text().replace(PYNATIVE_CALLBACKS, "  - type: TensorBoardMonitor\n")

@@ -347,7 +347,7 @@ def test_master_moe_config_loss_parts_and_expert_load(tmp_path: Path, top_level:
     assert lines == ([f"  {expected}"] if expected else []), result.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_the_results_pass_mftb_validate(tmp_path: Path) -> None:
     """`mftb validate` warns about the section beside a monitor; every migrated file is valid."""
     sources = [QWEN3]

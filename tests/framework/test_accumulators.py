@@ -1,7 +1,7 @@
 """Reading an mcore model's accumulators ahead of MindFormers' callbacks (framework/accumulators.py):
 zeroed or running sums, the bias schedule, and the tap in front of the first callback. The
 accumulators here are plain objects with ``asnumpy()`` (what a MindSpore Parameter offers); the real
-ones are read in tests/test_mcore_models.py's trainings."""
+ones are read in tests/jobs/test_mcore_models.py's trainings."""
 
 from __future__ import annotations
 

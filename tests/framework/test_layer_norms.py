@@ -14,7 +14,7 @@ import pytest
 import yaml
 from conftest import HELPERS, MFTB, REPO, TrainingRun, read_scalars, run_dirs, subprocess_env, train
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.process
 
 CONFIGS = {"llama": REPO / "configs/tiny/llama_tiny_cpu.yaml", "qwen2_5": REPO / "configs/tiny/qwen2_5_tiny_cpu.yaml"}
 GROUPS = ("embedding", "layers.0", "layers.1", "final_norm", "head")

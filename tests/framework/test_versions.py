@@ -20,7 +20,7 @@ FRAMEWORK = ("mindspore", "mindformers")
 
 
 @pytest.mark.compat
-@pytest.mark.slow
+@pytest.mark.process
 def test_installing_the_plugin_changes_no_framework_package(tmp_path: Path) -> None:
     """What ``pip install mindformers-tbplugin`` would do to this environment, asked of pip itself."""
     report = tmp_path / "report.json"
@@ -65,7 +65,7 @@ def test_missing_frameworks_are_named_with_what_to_do() -> None:
     assert all("pip install 'mindformers-tbplugin[framework]'" in line for line in lines)
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_an_unsupported_mindformers_gets_one_warning_at_mftb_start(tmp_path: Path) -> None:
     """A MindFormers release outside the supported lines, first on the path: mftb says so once and goes on."""
     fake = tmp_path / "site" / "mindformers"
@@ -107,7 +107,7 @@ def test_supported_release_lines_come_from_the_tested_pairs() -> None:
     assert versions.SUPPORTED_MINDSPORE == ("2.7", "2.9", "2.10")
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_a_monitor_built_under_an_unsupported_mindformers_warns_once(tmp_path: Path) -> None:
     """A process that already runs a MindFormers release we do not support (stood in for by a module
     object: no such release installs here) builds two monitors: one warning, and they work."""
@@ -145,7 +145,7 @@ def broken_dependency(tmp_path: Path) -> Path:
     return site
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_a_mindformers_that_fails_to_import_is_named_once_by_train_validate_and_the_launcher(
     tmp_path: Path, broken_dependency: Path
 ) -> None:
@@ -186,7 +186,7 @@ def test_a_mindformers_that_fails_to_import_is_named_once_by_train_validate_and_
     assert "no rank was started" in result.stderr and not (output / "msrun_log").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_a_failed_import_mindformers_reaches_the_importer_unchanged_and_is_not_retried(
     tmp_path: Path, broken_dependency: Path
 ) -> None:

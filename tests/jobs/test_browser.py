@@ -42,7 +42,7 @@ _MISSING = [
     if not present
 ]
 pytestmark = [
-    pytest.mark.slow,
+    pytest.mark.process,
     pytest.mark.skipif(
         bool(_MISSING),
         reason=f"browser test skipped: {', '.join(_MISSING)} not installed (`make browser` installs them as root)",
@@ -217,7 +217,7 @@ def _ranks_dashboard(driver: object, port: int, deadline: float) -> tuple[str, l
 
 
 def test_ranks_dashboard_draws_the_heatmap_and_names_the_straggler(tmp_path: Path) -> None:
-    from test_ranks_plugin import matrices, write_ranks_run
+    from tb_helpers import matrices, write_ranks_run
 
     log_root = _output_root(tmp_path, "ranks") / "tensorboard"
     run_dir = log_root / "llama_70b_20261201-093000"

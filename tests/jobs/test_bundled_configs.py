@@ -305,7 +305,7 @@ def test_every_monitoring_key_says_why_on_its_line(config: Path) -> None:
     assert silent == [], f"{config.name}: lines {silent} set a monitoring value without saying why"
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_mcore_configs_validate_clean_with_the_cli() -> None:
     """`mftb validate` on the mcore configs: each OK with all its entries checked, notes only (where the
     runs go). Every bundled config passing at once: test_validate.test_every_bundled_config_is_valid."""

@@ -15,7 +15,7 @@ from conftest import HELPERS, MFTB, mf_losses, read_scalars, run_dirs, subproces
 from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.process
 
 
 def _slow_training(folder: Path, data: Path, flush_secs: float) -> subprocess.Popen[str]:

@@ -22,7 +22,7 @@ from tensorboard.util import tensor_util
 
 from mindformers_tbplugin.pipeline.expert_records import ExpertLayout
 
-pytestmark = [pytest.mark.slow, pytest.mark.compat]  # in every MindSpore/MindFormers environment too
+pytestmark = [pytest.mark.process, pytest.mark.compat]  # in every MindSpore/MindFormers environment too
 TRAIN_MCORE = REPO / "scripts" / "cpu" / "train_mcore.py"
 RELEASES = REPO / "tests" / "compat" / "run_mindformer"
 # MFLossMonitor's line; mcore MoE/MTP models print their loss parts between loss and per_step_time.

@@ -33,7 +33,7 @@ from tensorboard.backend.event_processing.event_accumulator import SCALARS, Even
 from mindformers_tbplugin.commands.train import STOPPED_BY_ALERT
 from mindformers_tbplugin.viewer.tensorboard_server import any_free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.process
 
 LAUNCH = REPO / "scripts" / "msrun_launch.sh"
 DP2_CONFIG = REPO / "configs" / "tiny" / "llama_tiny_cpu_dp2.yaml"

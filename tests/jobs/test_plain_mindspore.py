@@ -12,7 +12,7 @@ import pytest
 from conftest import HELPERS, read_scalars, run_dirs, subprocess_env
 from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.process
 
 SCRIPT = HELPERS / "plain_mindspore_train.py"
 

@@ -28,7 +28,7 @@ def _mindformers_2x() -> bool:
 
 # MindFormers 1.9.0 ships an earlier preview of this trainer, with another config schema: not covered.
 pytestmark = [
-    pytest.mark.slow,
+    pytest.mark.process,
     pytest.mark.compat,
     pytest.mark.skipif(not _mindformers_2x(), reason="needs MindFormers 2.x (make compat COMPAT_ENVS=mf2.0)"),
 ]

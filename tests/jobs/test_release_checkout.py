@@ -18,7 +18,7 @@ from mindformers_tbplugin.viewer.tensorboard_server import any_free_port
 
 CHECKOUT = os.environ.get("MFTB_MINDFORMERS_CHECKOUT", "")
 pytestmark = [
-    pytest.mark.slow,
+    pytest.mark.process,
     pytest.mark.compat,
     pytest.mark.skipif(not CHECKOUT, reason="runs in make compat's release-checkout environments"),
 ]

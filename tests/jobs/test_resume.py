@@ -32,7 +32,7 @@ from tensorboard.backend.event_processing.event_accumulator import TENSORS, Even
 
 from mindformers_tbplugin.viewer.tensorboard_server import any_free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.compat]
+pytestmark = [pytest.mark.process, pytest.mark.compat]
 
 STEPS = 20
 

@@ -17,7 +17,7 @@ import pytest
 from conftest import MFTB, TrainingRun, subprocess_env, train, write_tiny_config
 from tb_helpers import plain_tensorboard, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.process
 
 STEPS = 16  # 32 samples, batch 2
 SECRET = "hf-not-a-real-token-8c1f"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import HELPERS, run_dirs, subprocess_env
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.process
 
 SCRIPT = HELPERS / "plain_mindspore_train.py"
 

@@ -1,6 +1,6 @@
 """Aggregation arithmetic of pipeline/aggregation.py, without MindSpore: the collective's own effect (an
 element-wise sum, or stacking rows) is applied with numpy to several ranks' packed vectors. The
-real collectives are exercised by tests/test_msrun_jobs.py under msrun."""
+real collectives are exercised by tests/jobs/test_msrun_jobs.py under msrun."""
 
 from __future__ import annotations
 

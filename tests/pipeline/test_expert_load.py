@@ -1,7 +1,7 @@
 """MoE expert load (pipeline/expert_load.py, expert_records.py, expert_routing.py, the aggregator in
 aggregation.py): the moe/* arithmetic against hand-computed values, the moe/load records, and the
-routing on simulated ranks (tests/test_metric_router.py's summing collective), incl. pipeline stages
-where a layer lives on some ranks only. Real trainings: tests/test_mcore_models.py."""
+routing on simulated ranks (tests/fakes.py's summing collective), incl. pipeline stages
+where a layer lives on some ranks only. Real trainings: tests/jobs/test_mcore_models.py."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from fakes import Rank, make_job, train
 from tensorboard.util import tensor_util
-from test_metric_router import Rank, make_job, train
 
 from mindformers_tbplugin.alerts.expert_culprits import ExpertCulprits
 from mindformers_tbplugin.alerts.record import Alert

@@ -1,8 +1,8 @@
 """Per-layer norms without MindSpore: parameter names to groups (legacy LLaMA/Qwen and mcore models),
 group norms from per-parameter squared norms, their cross-rank combination on simulated ranks (the
 fake collective really sums), and the sentence that names the culprit groups in an alert. The names
-of real mcore models built by MindFormers (slow); real trainings: tests/test_layer_norms.py; a real
-2-rank job: tests/test_msrun_jobs.py."""
+of real mcore models built by MindFormers (a process test); real trainings: tests/framework/test_layer_norms.py; a real
+2-rank job: tests/jobs/test_msrun_jobs.py."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import printed_json
-from test_metric_router import make_job, train
+from conftest import BUILD_MCORE_MODELS, printed_json
+from fakes import make_job, train
 
 from mindformers_tbplugin.alerts.culprits import GradientCulprits
 from mindformers_tbplugin.alerts.record import Alert
@@ -70,33 +70,11 @@ def test_mcore_names_group_by_layer(name: str, group: str) -> None:
     assert layer_group(name) == group
 
 
-# Builds tiny mcore models in a fresh interpreter (MindFormers' context is process-wide and it logs
-# under ./output) and prints their trainable parameters' names.
-BUILD_MCORE_MODELS = """
-import json
-from mindformers.core.context.build_context import build_context
-build_context({"use_legacy": False, "context": {"mode": 0, "device_target": "CPU"}, "parallel": {}})
-from mindformers.models.deepseek3.configuration_deepseek_v3 import DeepseekV3Config
-from mindformers.models.deepseek3.modeling_deepseek_v3_train import TrainingDeepseekV3ForCausalLM
-from mindformers.models.qwen3.configuration_qwen3 import Qwen3Config
-from mindformers.models.qwen3.modeling_qwen3_train import TrainingQwen3ForCausalLM
-tiny = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=4, max_position_embeddings=64, seq_length=32, tie_word_embeddings=False,
-            params_dtype="float32", compute_dtype="float32", layernorm_compute_dtype="float32",
-            softmax_compute_dtype="float32", rotary_dtype="float32", use_flash_attention=False)
-qwen3 = TrainingQwen3ForCausalLM(Qwen3Config(head_dim=16, **tiny))
-deepseek = TrainingDeepseekV3ForCausalLM(DeepseekV3Config(
-    moe_intermediate_size=32, num_nextn_predict_layers=1, n_shared_experts=1, n_routed_experts=4,
-    num_experts_per_tok=2, n_group=1, topk_group=1, kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8,
-    v_head_dim=16, qk_nope_head_dim=16, first_k_dense_replace=1, moe_grouped_gemm=True, **tiny))
-print("NAMES " + json.dumps({model: [p.name for p in net.trainable_params()]
-                             for model, net in (("qwen3", qwen3), ("deepseek_v3", deepseek))}))
-"""
 # Where each part of a GPTModel lives: layers.N and mtp.layers.N by their index.
 MCORE_PARTS = {"embedding.": "embedding", "decoder.final_layernorm.": "final_norm", "output_layer.": "head"}
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_real_mcore_models_group_by_layer(tmp_path: Path) -> None:
     names = printed_json(BUILD_MCORE_MODELS, tmp_path, "NAMES")
     for model, groups in {

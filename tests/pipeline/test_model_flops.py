@@ -7,8 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import printed_json
-from test_gradient_groups import BUILD_MCORE_MODELS
+from conftest import BUILD_MCORE_MODELS, printed_json
 
 from mindformers_tbplugin.pipeline import metrics
 from mindformers_tbplugin.pipeline.model_flops import (
@@ -66,7 +65,7 @@ print("FLOPS " + json.dumps(found))
 )
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_the_estimate_beside_mindformers_formula_on_real_mcore_models(tmp_path: Path) -> None:
     found = printed_json(ESTIMATE_BESIDE_FORMULA, tmp_path, "FLOPS")
     formula, estimate = found["qwen3"]

@@ -1,8 +1,8 @@
 """Per-rank records for the ``ranks`` plugin (pipeline/rank_records.py, pipeline/rank_layout.py and their
 routing): the byte-budget stride, the max-over-intervals recorder, the layout, and the records the
-writing rank's router queues on simulated ranks (tests/test_metric_router.py's summing collective),
+writing rank's router queues on simulated ranks (tests/fakes.py's summing collective),
 decoded by TensorBoard's own ``tensor_util``; then whole TensorBoardMonitors writing real event files
-read back by TensorBoard's EventAccumulator. A real msrun job: tests/test_msrun_jobs.py."""
+read back by TensorBoard's EventAccumulator. A real msrun job: tests/jobs/test_msrun_jobs.py."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import plugin_log, read_scalars
+from fakes import FakeCollectives, Group, Rank, dp_metrics, make_job, run_ranks, train
 from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
 from tensorboard.util import tensor_util
-from test_metric_router import FakeCollectives, Group, Rank, dp_metrics, make_job, run_ranks, train
 
 from mindformers_tbplugin.pipeline import rank_layout
 from mindformers_tbplugin.pipeline.metrics import StepMetrics

@@ -15,7 +15,7 @@ from mindformers_tbplugin.pipeline import metrics
 from mindformers_tbplugin.pipeline.aggregation import JobThroughput
 from mindformers_tbplugin.pipeline.topology import Topology
 
-pytestmark = pytest.mark.slow  # imports MindSpore and MindFormers
+pytestmark = pytest.mark.process  # imports MindSpore and MindFormers
 
 CONFIGS = {  # file: (data_parallel, model_parallel, pipeline_stage, global batch as MindFormers computes it)
     "deepseek3/pretrain_deepseek3_671b_tb.yaml": (4, 8, 8, 128),  # 256 NPUs; 1 x 32 micro-batches x 4 replicas

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import HELPERS, MFTB, read_scalars, run_dirs, subprocess_env, write_tiny_config
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.process
 
 SCRIPT = HELPERS / "train_with_mindformers_only.py"
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorboardX
 from conftest import TrainingRun, read_scalars
-from tensorboardX.proto import summary_pb2, tensor_pb2, tensor_shape_pb2
+from fakes import tensor_scalar_summary
 
 from mindformers_tbplugin.tfevents.event_file import EventFile
 from mindformers_tbplugin.tfevents.events import scalars_event
@@ -26,21 +26,6 @@ def read_all(run_dir: Path, tags: set[str] | None = None) -> dict[str, list[tupl
         for tag, step, value, _ in EventFileReader(path, tags).read():
             series.setdefault(tag, []).append((step, value))
     return series
-
-
-def tensor_scalar_summary(tag: str, value: float, with_metadata: bool, dtype: int = 1) -> summary_pb2.Summary:
-    """A TensorFlow-2-style scalar: a rank-0 tensor; the scalars-plugin metadata only on the first write."""
-    metadata = None
-    if with_metadata:
-        metadata = summary_pb2.SummaryMetadata(
-            plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
-        )
-    shape = tensor_shape_pb2.TensorShapeProto()
-    if dtype == 1:
-        tensor = tensor_pb2.TensorProto(dtype=1, float_val=[value], tensor_shape=shape)
-    else:  # double in tensor_content, as tf.make_tensor_proto writes it
-        tensor = tensor_pb2.TensorProto(dtype=2, tensor_content=np.float64(value).tobytes(), tensor_shape=shape)
-    return summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, tensor=tensor, metadata=metadata)])
 
 
 def test_same_points_as_event_accumulator_on_a_real_training(tiny_run: TrainingRun) -> None:

@@ -64,7 +64,7 @@ def finished_long_ago(logdir: Path) -> None:
         os.utime(path, (past, past))
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_healthy_logdir_served_by_tensorboard_passes_every_check(tmp_path: Path) -> None:
     logdir = tmp_path / "tb"
     write_mftb_run(logdir / "ours")
@@ -86,7 +86,7 @@ def test_a_real_training_run_passes_the_file_checks(tmp_path: Path, tiny_run: Tr
     assert f"[ OK ] event files: 1 runs, 1 event files under {logdir}" in output
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_server_check_names_what_is_served_instead(tmp_path: Path) -> None:
     logdir, other = tmp_path / "tb", tmp_path / "other"
     write_mftb_run(logdir / "run")
@@ -121,7 +121,7 @@ def test_no_tensorboard_is_information_unless_a_port_was_asked_for(tmp_path: Pat
     assert "6 of 7 checks passed." in output
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_without_port_the_tensorboard_serving_the_logdir_is_found_on_its_port(tmp_path: Path) -> None:
     """`mftb tensorboard` moves to another port when 6006 is taken: the doctor finds and checks it there."""
     logdir = tmp_path / "tb"
@@ -135,7 +135,7 @@ def test_without_port_the_tensorboard_serving_the_logdir_is_found_on_its_port(tm
     assert "7 of 7 checks passed." in output
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_server_flags_that_hide_points_are_named(tmp_path: Path) -> None:
     logdir = tmp_path / "tb"
     write_mftb_run(logdir / "resumed", 1, 20)
@@ -230,7 +230,7 @@ def test_a_missing_logdir_with_no_runs_under_it_suggests_no_tensorboard(tmp_path
     assert f"[FAIL] TensorBoard on port {idle}: nothing listens on {idle}" in output
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_the_suggested_command_works_when_pasted(tmp_path: Path) -> None:
     job = tmp_path / "my job"
     write_mftb_run(job / "output" / "tensorboard" / "llama_20261129-101010")
@@ -242,7 +242,7 @@ def test_the_suggested_command_works_when_pasted(tmp_path: Path) -> None:
         assert wait_for(lambda: tensorboard_server.get_json(server.port, "/data/runs")) == ["llama_20261129-101010"]
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_mindspore_summary_files_are_named_as_unreadable(tmp_path: Path) -> None:
     logdir = tmp_path / "summary"
     code = (
@@ -308,7 +308,7 @@ def test_a_file_held_open_by_a_running_writer_is_reported_with_its_process(tmp_p
     assert f"open by pid {child.pid} (python" in check
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_two_processes_writing_one_run_folder(tmp_path: Path) -> None:
     run_dir = tmp_path / "tb" / "shared_run"
     children = [
@@ -366,7 +366,7 @@ def test_bad_options_are_usage_errors(tmp_path: Path) -> None:
     assert code == 2
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_reading_is_streaming_memory_stays_flat(tmp_path: Path) -> None:
     """~20 MB of events: peak memory of `mftb doctor` stays near its import footprint, not the file size."""
     writer = RunWriter(tmp_path / "tb" / "long", max_queue=200_000)

@@ -289,7 +289,7 @@ def test_a_record_no_longer_in_its_file_is_a_400(tmp_path: Path) -> None:
         moe_views.record(run)
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_a_real_tensorboard_serves_the_dashboard_once_records_exist(tmp_path: Path) -> None:
     logdir = tmp_path / "tb"
     with tensorboard_before_records(logdir, "moe") as port:  # listed, but inactive: no run holds records

@@ -10,45 +10,19 @@ import numpy as np
 import pytest
 from tb_helpers import (
     assert_serves_its_module,
+    layout,
+    matrices,
     plugin_enabled,
     served_json,
     tensorboard_before_records,
     wait_for,
-    write_tensor_records,
+    write_ranks_run,
 )
 
-from mindformers_tbplugin.pipeline.rank_records import CHANNELS, PLUGIN_NAME, TAG, RankLayout
+from mindformers_tbplugin.pipeline.rank_records import CHANNELS, RankLayout
 from mindformers_tbplugin.tfevents.writer import RunWriter
 from mindformers_tbplugin.viewer import ranks_store, ranks_views
 from mindformers_tbplugin.viewer.ranks_store import RanksStore, RunRecords
-
-RANKS_PER_NODE = 8
-WORKER_LOG = "/jobs/out/msrun_log/{node}/worker_{rank}.log"
-
-
-def layout(world: int, worker_log: str | None = WORKER_LOG) -> RankLayout:
-    nodes = tuple(rank // RANKS_PER_NODE for rank in range(world))
-    names = tuple(f"host{n}" for n in range(-(-world // RANKS_PER_NODE)))
-    return RankLayout(world, CHANNELS, 10, 1, nodes, names, worker_log)
-
-
-def matrices(world: int, records: int, seed: int = 0) -> np.ndarray:
-    """(records, world, channels): step times ~100 ms within 1%, memory rising with the rank."""
-    rng = np.random.default_rng(seed)
-    out = np.empty((records, world, len(CHANNELS)), np.float32)
-    out[..., 0] = rng.uniform(99, 101, (records, world))
-    out[..., 1] = 20 + np.arange(world) / world
-    out[..., 2] = 30.0
-    out[..., 3] = 31.0
-    return out
-
-
-def write_ranks_run(
-    run_dir: Path, values: np.ndarray, first_step: int = 10, every: int = 10, rank_layout: RankLayout | None = None
-) -> None:
-    """One writer's records, as the monitor writes them: the layout in the first one only."""
-    rank_layout = rank_layout or layout(values.shape[1])
-    write_tensor_records(run_dir, values, TAG, PLUGIN_NAME, rank_layout.content(), first_step, every)
 
 
 @pytest.fixture(autouse=True)
@@ -253,7 +227,7 @@ def test_the_plugin_routes_answer_json_and_say_what_is_wrong(tmp_path: Path) -> 
     assert RanksPlugin(base_plugin.TBContext(logdir="")).is_active() is False  # --logdir_spec: no local folder
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_a_real_tensorboard_serves_the_dashboard_once_records_exist(tmp_path: Path) -> None:
     logdir = tmp_path / "tb"
     with tensorboard_before_records(logdir, "ranks") as port:  # listed, but inactive: no run holds records

@@ -16,7 +16,7 @@ from tb_helpers import listening_addresses, mftb_tensorboard, wait_for
 from mindformers_tbplugin.tfevents.writer import RunWriter
 from mindformers_tbplugin.viewer import tensorboard_server
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.process
 
 
 @pytest.fixture
