@@ -3,18 +3,23 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from mindformers_tbplugin.errors import UsageError
+
+# YAML 1.1 reads an exponent without a dot (``1e-4``) as a string; on a command line it is a number.
+_EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
 
 def yaml_value(text: str) -> Any:
     import yaml
 
     try:
-        return yaml.safe_load(text)
+        value = yaml.safe_load(text)
     except yaml.YAMLError:
         return text
+    return float(value) if isinstance(value, str) and _EXPONENT.fullmatch(text.strip()) else value
 
 
 def key_value(item: str, what: str, expected: str = "KEY=VALUE") -> tuple[str, Any]:
