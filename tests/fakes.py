@@ -3,7 +3,8 @@ thread with its own writers, and a fake collective whose ``all_reduce_sum`` real
 every rank passed (a barrier stands in for the collective's synchronisation). Recording writers stand
 in for RunWriter. The real collectives run under msrun in tests/jobs/test_msrun_jobs.py.
 
-And events as other writers write them (TensorFlow 2's tensor scalars), for the readers' tests."""
+And events as other writers write them (TensorFlow 2's tensor scalars), for the readers' tests; and
+the MoE layers of a tiny mixture-of-experts model, for the expert-load tests."""
 
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ from dataclasses import dataclass
 import numpy as np
 from tensorboardX.proto import summary_pb2, tensor_pb2, tensor_shape_pb2
 
+from mindformers_tbplugin.pipeline.expert_load import EXPERT_BIAS, RouterSet
 from mindformers_tbplugin.pipeline.metrics import StepMetrics
 from mindformers_tbplugin.pipeline.routing import MetricRouter, RouterOptions
 from mindformers_tbplugin.pipeline.topology import Topology
 
 LOSS, LR = "train/loss", "train/lr"
 STEP_TIME, RSS = "perf/step_time_ms", "system/host_rss_gb"
+# A tiny DeepSeek-V3's MoE layers: two decoder layers and the multi-token-prediction layer, 4 experts, top 2.
+MOE_ROUTERS = RouterSet(("layers.1", "layers.2", "mtp.layers.0"), 4, 2, (EXPERT_BIAS, EXPERT_BIAS, EXPERT_BIAS))
 
 
 class Group:

@@ -1,5 +1,5 @@
 """Test helpers: `mftb tensorboard` as a child process, headless Chromium driven through chromedriver, and
-the dashboards' tensor records written as the monitor writes them."""
+the dashboards' tensor records written as the monitor writes them and read back by their stores."""
 
 from __future__ import annotations
 
@@ -13,14 +13,21 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
+import pytest
 from conftest import MFTB, subprocess_env
 
+from mindformers_tbplugin.pipeline import expert_records
+from mindformers_tbplugin.pipeline.expert_load import EXPERT_BIAS
+from mindformers_tbplugin.pipeline.expert_records import BIAS, LOAD, ExpertLayout
 from mindformers_tbplugin.pipeline.rank_records import CHANNELS, PLUGIN_NAME, TAG, RankLayout
 from mindformers_tbplugin.tfevents.events import tensor_event
 from mindformers_tbplugin.tfevents.writer import RunWriter
 from mindformers_tbplugin.viewer import tensorboard_server
+from mindformers_tbplugin.viewer.moe_store import MoeRun, MoeStore
+from mindformers_tbplugin.viewer.ranks_store import RanksStore, RunRecords
 
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -260,3 +267,59 @@ def write_ranks_run(
     """One writer's records, as the monitor writes them: the layout in the first one only."""
     rank_layout = rank_layout or layout(values.shape[1])
     write_tensor_records(run_dir, values, TAG, PLUGIN_NAME, rank_layout.content(), first_step, every)
+
+
+def read_at_once(monkeypatch: pytest.MonkeyPatch, store: ModuleType) -> None:
+    """A store (``ranks_store``, ``moe_store``) reads a run again at most every RELOAD_SECS and walks the
+    logdir every DISCOVER_SECS; tests append records and read them back at once."""
+    monkeypatch.setattr(store, "RELOAD_SECS", 0.0)
+    monkeypatch.setattr(store, "DISCOVER_SECS", 0.0)
+
+
+def ranks_run(logdir: Path, name: str = "job") -> RunRecords:
+    """The one run with ranks records under ``logdir``, read by a new store."""
+    runs = RanksStore(logdir).runs()
+    assert list(runs) == [name]
+    return runs[name]
+
+
+# -- the moe dashboard's records of a synthetic MoE model ----------------------------------------------
+def moe_layout(layers: int = 4, experts: int = 8, channels: tuple[str, ...] = (LOAD, BIAS), **changes) -> ExpertLayout:
+    fields = {
+        "groups": tuple(f"layers.{row + 1}" for row in range(layers)),
+        "experts": experts,
+        "top_k": 2,
+        "routers": (EXPERT_BIAS,) * layers,
+        "channels": channels,
+        "steps_per_read": 10,
+        "reads_per_record": 1,
+        "dead_fraction": 0.1,
+    }
+    return ExpertLayout(**(fields | changes))
+
+
+def moe_records(count: int, layers: int = 4, experts: int = 8, channels: int = 2, seed: int = 0) -> np.ndarray:
+    """(records, channels, layers, experts): loads within 0.8..1.2 of the mean, bias in +-0.01."""
+    rng = np.random.default_rng(seed)
+    load = rng.uniform(0.8, 1.2, (count, layers, experts))
+    load /= load.mean(axis=-1, keepdims=True)
+    bias = rng.uniform(-0.01, 0.01, (count, layers, experts))
+    return np.stack([load, bias][:channels], axis=1)
+
+
+def write_moe_run(
+    run_dir: Path, values: np.ndarray, first_step: int = 10, every: int = 10, expert_layout: ExpertLayout | None = None
+) -> None:
+    """One writer's records, as the monitor writes them: the layout in the first one only."""
+    _, channels, layers, experts = values.shape
+    expert_layout = expert_layout or moe_layout(layers, experts, (LOAD, BIAS)[:channels])
+    write_tensor_records(
+        run_dir, values, expert_records.TAG, expert_records.PLUGIN_NAME, expert_layout.content(), first_step, every
+    )
+
+
+def moe_run(logdir: Path, name: str = "job") -> MoeRun:
+    """The one run with moe records under ``logdir``, read by a new store."""
+    runs = MoeStore(logdir).runs()
+    assert list(runs) == [name]
+    return runs[name]

@@ -18,7 +18,7 @@ SUMMARY_TYPES = ("SummaryCollector", "SummaryMonitor")
 SUMMARY_KEY = "summary_collector"
 SUMMARY_DEFAULT_FREQ = 10  # SummaryCollector's collect_freq default
 # TensorBoardMonitor's aggregate_every default, known here without importing the callbacks (which
-# need MindSpore); tests/config/test_migration.py checks it against the class.
+# need MindSpore); tests/config/test_replacements.py checks it against the class.
 MONITOR_AGGREGATE_EVERY = 10
 
 
@@ -123,7 +123,7 @@ def aggregate_every_for(log_every: int) -> int | None:
 
 
 # -- the articles' ``type: TensorBoard`` ------------------------------------------------------------
-# Its keys beyond TensorBoardMonitor's options (tests/config/test_migration.py checks them against the class).
+# Its keys beyond TensorBoardMonitor's options (tests/config/test_replacements.py checks them against the class).
 ALIAS_KEYS = ("histogram_interval", "update_time", "profile")
 
 
@@ -229,7 +229,7 @@ PYNATIVE = WriterSection(
 WRITER_SECTIONS = (BUILTIN, PYNATIVE)
 # What removing the section saves: BENCHMARKS.md, "End-to-end step time" (tiny LLaMA, CPU, 1 rank),
 # median ms per step without any TensorBoard writer, with the section, and the slowdowns (%) of the
-# section and of TensorBoardMonitor. tests/config/test_checker.py checks them against BENCHMARKS.md.
+# section and of TensorBoardMonitor. tests/config/test_replacements.py checks them against BENCHMARKS.md.
 BUILTIN_COST = {"baseline_ms": 20.83, "section_ms": 31.41, "section_pct": 31.98, "monitor_pct": 1.28}
 
 

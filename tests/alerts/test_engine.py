@@ -107,16 +107,6 @@ def test_throughput_drop_needs_a_sustained_drop() -> None:
     assert fired[0].baseline == pytest.approx(12000, rel=0.05)
 
 
-def test_loss_scale_collapse_on_repeated_overflow_and_small_scale() -> None:
-    series = [{OVERFLOW: 0.0, SCALE: 1024.0} for _ in range(200)]
-    for step in range(50, 55):  # five overflows in a row
-        series[step - 1][OVERFLOW] = 1.0
-    for step in range(150, 200):
-        series[step - 1][SCALE] = 2.0 ** (-(step - 150))
-    fired = run_engine([{"rule": "loss_scale_collapse"}], series)
-    assert [(a.tag, a.step) for a in fired] == [(OVERFLOW, 54), (SCALE, 151)]
-
-
 def test_stall_fires_only_after_k_median_intervals_and_min_silence() -> None:
     (rule,) = parse_rules([{"rule": "stall", "k": 10, "min_silence": 60}], watcher=True)
     engine = AlertEngine([rule], run="r")

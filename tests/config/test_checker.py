@@ -391,25 +391,6 @@ def test_mftb_validate_prints_the_pynative_warning_and_the_loss_part_note(tmp_pa
     assert f"  note: {LOSS_PARTS_NOTE}\n" in blocks["moe.yaml"] and "warning:" not in blocks["moe.yaml"]
 
 
-def test_the_saving_quoted_is_the_one_benchmarks_md_measured() -> None:
-    from mindformers_tbplugin.config.replacements import BUILTIN_COST
-
-    text = (REPO / "BENCHMARKS.md").read_text()
-    table = text[text.index("## End-to-end step time") :]
-
-    def row(variant: str) -> tuple[float, str]:
-        match = re.search(rf"^\| {re.escape(variant)} \| ([0-9.]+) \| [^|]+ \| ([^|]+) \|", table, flags=re.M)
-        assert match, variant
-        return float(match.group(1)), match.group(2).strip()
-
-    assert row("MFLossMonitor only")[0] == BUILTIN_COST["baseline_ms"]
-    assert row("+ MindFormers `tensorboard:` (tensorboardX)") == (
-        BUILTIN_COST["section_ms"],
-        f"+{BUILTIN_COST['section_pct']:.2f}%",
-    )
-    assert row("+ TensorBoardMonitor, log_every 1")[1] == f"+{BUILTIN_COST['monitor_pct']:.2f}%"
-
-
 @pytest.mark.parametrize("local_norm", [True, False, None])
 def test_per_layer_norm_options_without_local_norm_get_a_note(tmp_path: Path, local_norm: bool | None) -> None:
     wrapper = "" if local_norm is None else f"runner_wrapper:\n  type: MFTrainOneStepCell\n  local_norm: {local_norm}\n"

@@ -18,13 +18,10 @@ import threading
 from pathlib import Path
 
 import pytest
-import yaml
 from conftest import MFTB, REPO, documentation, subprocess_env
 
-from mindformers_tbplugin.config import replacements
 from mindformers_tbplugin.config.checker import check_file
 from mindformers_tbplugin.registration.catalog import our_callbacks
-from mindformers_tbplugin.schema import params_of
 
 BUNDLED = sorted((REPO / "configs").glob("*/*.yaml"))
 MIGRATE_CONFIGS = Path(__file__).resolve().parent / "migrate_configs"
@@ -542,60 +539,6 @@ def test_mistakes_exit_2_with_a_message(tmp_path: Path, content: bytes | None, a
     assert "Traceback" not in result.stderr and result.stdout == ""
     assert not out.exists()
     assert content is None or config.read_bytes() == content
-
-
-# -- what the rewrite knows without importing the callbacks ------------------------------------------
-def test_the_tables_agree_with_the_classes_and_mindformers() -> None:
-    from mindformers_tbplugin.callbacks import TensorBoardMonitor
-    from mindformers_tbplugin.callbacks.tensorboard_alias import TensorBoard
-
-    monitor = {p.name: p.default for p in params_of(TensorBoardMonitor)}
-    assert monitor["aggregate_every"] == replacements.MONITOR_AGGREGATE_EVERY
-    assert set(replacements.ALIAS_KEYS) == {p.name for p in params_of(TensorBoard)} - set(monitor)
-    assert set(replacements.BUILTIN_OPTIONS.values()) <= set(monitor)
-    # Every switch MindFormers' writer reads from the section has a line in the tables.
-    spec = importlib.util.find_spec("mindformers")
-    if spec is None or spec.origin is None:
-        pytest.skip("no MindFormers installed")
-    source = Path(spec.origin).parent / "utils" / "tensorboard.py"
-    switches = re.search(r"_GLOBAL_TENSORBOARD_WRITER_ARGS = \{(.*?)\}", source.read_text(), flags=re.S).group(1)
-    known = {*replacements.BUILTIN_OPTIONS, *replacements.BUILTIN_ALWAYS, *replacements.BUILTIN_NONE}
-    assert set(re.findall(r"'(\w+)'", switches)) | {"tensorboard_dir", "tensorboard_queue_size"} <= known
-
-
-def test_the_pynative_table_has_every_key_of_master() -> None:
-    """Every key of master's monitor.tensorboard (the real config lists them all) has a line in the table."""
-    section = yaml.safe_load(PYNATIVE.read_text())["monitor"]["tensorboard"]
-    table = replacements.PYNATIVE
-    assert set(section) == {*table.options, *table.always, *table.none}
-    assert set(table.renamed.values()) == set(section) and table.dir_keys[0] in section
-    from mindformers_tbplugin.callbacks import TensorBoardMonitor
-
-    monitor = {p.name for p in params_of(TensorBoardMonitor)}
-    assert set(table.options.values()) <= monitor
-
-
-def test_the_loss_part_note_says_what_mindformers_does() -> None:
-    """MindFormers' wrapper registers the loss-part accumulators only with print_separate_loss (true by default)
-    and a model that is not a legacy one; MFLossMonitor writes the tags from them."""
-    spec = importlib.util.find_spec("mindformers")
-    if spec is None or spec.origin is None:
-        pytest.skip("no MindFormers installed")
-    package = Path(spec.origin).parent
-    wrapper = (package / "wrapper" / "wrapper.py").read_text()
-    guarded = re.findall(
-        r"self\.print_separate_loss = bool\(print_separate_loss and not self\.use_legacy\)\n"
-        r"(?:.*\n){0,6}?\s*if self\.print_separate_loss:\n"
-        r"\s*self\.indexer_loss_parameter = parameter_register\.register\(\"indexer_loss\".*\n"
-        r"\s*self\.aux_loss_parameter = parameter_register\.register\(\"aux_loss\".*\n"
-        r"\s*self\.mtp_loss_parameter = parameter_register\.register\(\"mtp_loss\".*\n"
-        r"\s*self\.lm_loss_parameter = parameter_register\.register\(\"lm_loss\"",
-        wrapper,
-    )
-    assert len(guarded) == wrapper.count('parameter_register.register("lm_loss"') == 2  # both train wrappers
-    trainer = (package / "trainer" / "base_trainer.py").read_text()
-    assert 'print_separate_loss = getattr(self.config, "print_separate_loss", True)' in trainer
-    assert '"print_separate_loss": print_separate_loss,' in trainer  # handed to the wrapper
 
 
 def test_the_docs_name_every_tag_the_builtin_writer_wrote() -> None:

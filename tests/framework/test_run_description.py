@@ -1,6 +1,6 @@
-"""What a run says about itself, each on real inputs (framework/run_description.py, running_config.py,
-eval_hook.py): HParams values and their column types, the config with secrets masked, the cell graph and
-parameter table of a real MindSpore network, and evaluation results mapped to eval/ tags."""
+"""What a run says about itself, each on real inputs (framework/run_description.py, eval_hook.py): HParams
+values and their column types, the cell graph and parameter table of a real MindSpore network, and
+evaluation results mapped to eval/ tags."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Per-layer norms without MindSpore: parameter names to groups (legacy LLaMA/Qwen and mcore models),
-group norms from per-parameter squared norms, their cross-rank combination on simulated ranks (the
-fake collective really sums), and the sentence that names the culprit groups in an alert. The names
-of real mcore models built by MindFormers (a process test); real trainings: tests/framework/test_layer_norms.py; a real
-2-rank job: tests/jobs/test_msrun_jobs.py."""
+group norms from per-parameter squared norms, and their cross-rank combination on simulated ranks (the
+fake collective really sums). The names of real mcore models built by MindFormers (a process test);
+the groups an alert names: tests/alerts/test_culprits.py; real trainings:
+tests/framework/test_layer_norms.py; a real 2-rank job: tests/jobs/test_msrun_jobs.py."""
 
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ import pytest
 from conftest import BUILD_MCORE_MODELS, printed_json
 from fakes import make_job, train
 
-from mindformers_tbplugin.alerts.culprits import GradientCulprits
-from mindformers_tbplugin.alerts.record import Alert
 from mindformers_tbplugin.pipeline.aggregation import GradientAggregator
 from mindformers_tbplugin.pipeline.gradient_groups import GroupLayout, layer_group, log10_norms
 from mindformers_tbplugin.pipeline.metrics import StepMetrics
@@ -175,25 +173,6 @@ def test_one_rank_writes_its_own_group_norms_at_once() -> None:
     train([rank], range(1, 3), metrics_of)
     assert rank.main.series("grad_norm/layers.0") == [(1, 2.0), (2, 2.0)]
     assert rank.main.series("grad_norm/total") == [(step, pytest.approx(math.sqrt(13.0))) for step in (1, 2)]
-
-
-def _alert(step: int, tag: str = "train/grad_norm") -> Alert:
-    return Alert("spike", tag, step, 9.0, 1.0, "train/grad_norm 9 is 9x its median", "warning")
-
-
-def test_culprits_are_ranked_by_their_own_median_not_by_size() -> None:
-    culprits = GradientCulprits()
-    for _ in range(5):
-        culprits.remember({"grad_norm/embedding": 1.0, "grad_norm/layers.0": 0.1, "grad_norm/layers.1": 0.01})
-    values = {"grad_norm/embedding": 1.1, "grad_norm/layers.0": 0.1, "grad_norm/layers.1": 0.5, "grad_norm/total": 1.2}
-    message = culprits.annotate(_alert(6), values).message
-    assert message.endswith(
-        "largest gradient norms against their recent median: layers.1 0.5 (50x its median), "
-        "embedding 1.1 (1.1x its median), layers.0 0.1 (1x its median)"
-    )
-    nonfinite = culprits.annotate(_alert(7), {**values, "grad_norm/layers.0": math.nan}).message
-    assert "median: layers.0 nan, layers.1 0.5" in nonfinite
-    assert culprits.annotate(_alert(8, "train/loss"), values).message == _alert(8).message
 
 
 def test_without_aggregation_a_multi_rank_job_writes_the_writer_ranks_own_under_local() -> None:

@@ -1,8 +1,9 @@
-"""Per-rank records for the ``ranks`` plugin (pipeline/rank_records.py, pipeline/rank_layout.py and their
-routing): the byte-budget stride, the max-over-intervals recorder, the layout, and the records the
-writing rank's router queues on simulated ranks (tests/fakes.py's summing collective),
-decoded by TensorBoard's own ``tensor_util``; then whole TensorBoardMonitors writing real event files
-read back by TensorBoard's EventAccumulator. A real msrun job: tests/jobs/test_msrun_jobs.py."""
+"""Per-rank records for the ``ranks`` plugin (pipeline/rank_records.py and their routing): the byte-budget
+stride, the max-over-intervals recorder, the layout every rank's node reaches the writer with (the
+layout's own rules: test_rank_layout.py), and the records the writing rank's router queues on
+simulated ranks (tests/fakes.py's summing collective), decoded by TensorBoard's own ``tensor_util``;
+then whole TensorBoardMonitors writing real event files read back by TensorBoard's EventAccumulator.
+A real msrun job: tests/jobs/test_msrun_jobs.py."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from fakes import FakeCollectives, Group, Rank, dp_metrics, make_job, run_ranks,
 from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
 from tensorboard.util import tensor_util
 
-from mindformers_tbplugin.pipeline import rank_layout
 from mindformers_tbplugin.pipeline.metrics import StepMetrics
 from mindformers_tbplugin.pipeline.rank_records import (
     CHANNELS,
@@ -71,21 +71,6 @@ def test_the_recorder_keeps_the_maximum_of_its_intervals_ignoring_missing_values
 
 
 # -- the layout ------------------------------------------------------------------------------------------
-def test_nodes_are_the_launchers_node_ranks_else_hosts_in_order_of_their_first_rank() -> None:
-    a, b, c = (rank_layout.host_hash(name) for name in ("alpha", "beta", "gamma"))
-    assert rank_layout.node_indices([1, 1, 0, 0], [a, a, b, b]) == (1, 1, 0, 0)
-    assert rank_layout.node_indices([1, -1, 0, 0], [b, b, a, c]) == (0, 0, 1, 2)  # one rank without it
-    assert rank_layout.node_names((0, 0, 1, 2), 2, "alpha") == ("node 0", "node 1 (alpha)", "node 2")
-
-
-def test_the_layout_round_trips_through_its_plugin_content() -> None:
-    layout = rank_layout.build_layout((0, 0, 1, 1), 0, "alpha", 10, 1024, "/out/msrun_log/")
-    assert layout.worker_log == "/out/msrun_log/{node}/worker_{rank}.log"
-    assert layout.intervals_per_record == 1 and layout.channels == CHANNELS
-    assert RankLayout.from_content(layout.content()) == layout
-    assert rank_layout.build_layout((0,), 0, "alpha", 10, 1024, None).worker_log is None
-
-
 def test_every_rank_tells_the_writer_its_node_in_the_run_folder_gather(monkeypatch: pytest.MonkeyPatch) -> None:
     group, hosts = Group(3), [None] * 3
     monkeypatch.setenv(run_folder.NODE_RANK_ENV, "7")

@@ -30,7 +30,6 @@ from fakes import (
 from mindformers_tbplugin.pipeline.aggregation import MAX_DATA_TAGS
 from mindformers_tbplugin.pipeline.metrics import StepMetrics
 from mindformers_tbplugin.pipeline.routing import MetricRouter, RouterOptions
-from mindformers_tbplugin.pipeline.run import JobStop
 from mindformers_tbplugin.pipeline.topology import Topology
 
 SAMPLES, TOKENS = "perf/samples_per_s", "perf/tokens_per_s"
@@ -337,28 +336,6 @@ def test_the_stop_carrier_is_released_at_the_end() -> None:
     train(ranks, range(1, 3), dp_metrics)
     assert all(rank.router.stop_agreed for rank in ranks)
     assert not ranks[0].router.run.stop.request()  # its router finished: no carrier left
-
-
-def test_what_a_training_stopped_by_an_alert_says_on_each_rank() -> None:
-    """meta/status and mftb train's line: the requesting (writing) rank names the rule; ranks that
-    learned of the stop from the aggregation name the rank; a single process stops at the alert."""
-    said = []
-    for request in (True, False):
-        stop = JobStop()
-        stop.carriers = 1  # a router that aggregates
-        if request:
-            assert stop.request("spike on train/loss", 3)
-        stop.agreed(writer_rank=0)
-        said.append(stop.finish(4).status())
-    stop = JobStop()
-    stop.alone("nonfinite on train/loss", 2)
-    said.append(stop.finish(2).status())
-    assert said == [
-        "stopped by AlertMonitor (spike on train/loss at step 3) at step 4",
-        "stopped by AlertMonitor (an alert on rank 0) at step 4",
-        "stopped by AlertMonitor (nonfinite on train/loss) at step 2",
-    ]
-    assert JobStop().finish(1) is None and not JobStop().take_request()
 
 
 # -- wired by TensorBoardMonitor, with real event files -----------------------------------------------

@@ -4,21 +4,16 @@ grow memory (the queue keeps the newest items and says so once)."""
 from __future__ import annotations
 
 import math
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from conftest import HELPERS, plugin_log, read_scalars, subprocess_env
+from conftest import plugin_log, read_scalars
 from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 from mindformers_tbplugin.tfevents.events import session_start_event
-from mindformers_tbplugin.tfevents.registry import get_writer
 from mindformers_tbplugin.tfevents.writer import RunWriter
 
 
@@ -76,41 +71,6 @@ def test_explicit_flush_puts_everything_queued_on_disk(tmp_path: Path) -> None:
     writer.close()
 
 
-def test_one_writer_per_run_folder_per_process(tmp_path: Path) -> None:
-    first = get_writer(tmp_path / "run")
-    assert get_writer(str(tmp_path / "run" / ".")) is first
-    first.close()
-    second = get_writer(tmp_path / "run")
-    assert second is not first
-    second.close()
-
-
-def _child(tmp_path: Path, mode: str, count: int = 500) -> subprocess.Popen[str]:
-    child = subprocess.Popen(
-        [sys.executable, str(HELPERS / "writer_child.py"), str(tmp_path / "run"), mode, str(count)],
-        env=subprocess_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert child.stdout.readline().strip() == "ready"
-    return child
-
-
-def test_sigterm_closes_with_every_point_and_keeps_the_exit_status(tmp_path: Path) -> None:
-    child = _child(tmp_path, "sigterm")
-    child.send_signal(signal.SIGTERM)
-    assert child.wait(timeout=30) == -signal.SIGTERM
-    assert [s for s, _ in read_scalars(tmp_path / "run")["train/loss"]] == list(range(1, 501))
-
-
-@pytest.mark.parametrize(("mode", "status"), [("exit", 0), ("raise", 1)])
-def test_interpreter_exit_and_uncaught_exception_close_the_file(tmp_path: Path, mode: str, status: int) -> None:
-    child = _child(tmp_path, mode)
-    assert child.wait(timeout=30) == status
-    assert len(read_scalars(tmp_path / "run")["train/loss"]) == 500
-
-
 def test_non_ascii_run_folder_is_written_and_read(tmp_path: Path) -> None:
     run_dir = tmp_path / "实验 ü" / "run"
     writer = RunWriter(run_dir)
@@ -129,39 +89,6 @@ def test_a_failing_disk_never_raises_to_the_caller(tmp_path: Path) -> None:
         writer.flush(timeout=5)
         writer.close()
     assert len([m for m in messages if "cannot write" in m]) == 1
-
-
-def _make_run(root: Path, name: str, age_s: float) -> Path:
-    run = root / name
-    run.mkdir(parents=True)
-    event = run / "events.out.tfevents.1.host.1.0"
-    event.write_bytes(b"")
-    stamp = time.time() - age_s
-    os.utime(event, (stamp, stamp))
-    return run
-
-
-def test_retention_keeps_the_newest_runs_and_never_the_current_one(tmp_path: Path) -> None:
-    from mindformers_tbplugin.tfevents import run_folders
-
-    old = [_make_run(tmp_path, f"exp_20260101-00000{i}", age_s=100 - i) for i in range(4)]
-    current = _make_run(tmp_path, "exp_20260101-000009", age_s=500)  # e.g. resumed: oldest activity
-    other = _make_run(tmp_path, "other_20260101-000000", age_s=1000)
-    runs = run_folders.experiment_runs(tmp_path, "{experiment}_{timestamp}", "exp")
-    assert runs == [current, *old]
-    removed = run_folders.apply_retention(runs, keep=3, archive_dir=None, protect=current)
-    assert removed == old[:2]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([current.name, old[2].name, old[3].name, other.name])
-
-
-def test_retention_can_archive_instead_of_deleting(tmp_path: Path) -> None:
-    from mindformers_tbplugin.tfevents import run_folders
-
-    runs = [_make_run(tmp_path / "logs", f"exp_20260101-00000{i}", age_s=10 - i) for i in range(3)]
-    moved = run_folders.apply_retention(runs, keep=1, archive_dir=tmp_path / "archive", protect=runs[-1])
-    assert moved == runs[:2]
-    assert sorted(p.name for p in (tmp_path / "archive").iterdir()) == [r.name for r in runs[:2]]
-    assert [p.name for p in (tmp_path / "logs").iterdir()] == [runs[-1].name]
 
 
 def test_a_failing_record_builder_costs_only_its_record(tmp_path: Path) -> None:
