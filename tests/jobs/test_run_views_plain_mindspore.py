@@ -70,6 +70,7 @@ def test_plain_mindspore_run_views(tmp_path: Path, mode: str, status: str) -> No
         "parameters": 5,
         "epochs": 2,
         "world_size": 1,
+        "data_parallel_replicas": 1,  # one process: one replica of the model
     }
     assert set(views["texts"]) == {"run/parameters"}  # no YAML config to show
     assert "| `(model)` | Dense | 5 | 5 |" in views["texts"]["run/parameters"]
