@@ -11,6 +11,7 @@ from typing import Any
 
 import mindspore  # noqa: F401  (first: its old-style *_pb2 modules fail once tensorboard's protos are loaded)
 import pytest
+from conftest import plugin_log
 from mindspore import nn
 
 from mindformers_tbplugin.framework import mcore
@@ -81,3 +82,22 @@ def test_the_flops_formula_runs_on_a_copy_of_the_config() -> None:
 def test_a_network_that_is_no_mcore_model_is_none() -> None:
     assert mcore.find_mcore_model(None) is None
     assert mcore.find_mcore_model(nn.WithLossCell(nn.Dense(2, 2), nn.MSELoss())) is None
+
+
+class _UnknownLayout(nn.Cell):
+    """A model that offers MindFormers' mcore accessors but whose config cannot be read the mcore way (a
+    user's own model class on MindFormers' base, or a release that changed the layout)."""
+
+    def get_gpt_model(self) -> nn.Cell:
+        return self
+
+    def get_gpt_transformer_config(self) -> Any:
+        raise AttributeError("'UnknownConfig' object has no attribute 'num_layers'")
+
+
+def test_a_layout_we_do_not_know_gets_one_warning_naming_it_and_no_mcore_model() -> None:
+    with plugin_log() as messages:
+        found = mcore.find_mcore_model(nn.WithLossCell(_UnknownLayout(), nn.MSELoss()))
+    assert found is None  # the monitor carries on with what every model has
+    (warning,) = messages
+    assert "_UnknownLayout looks like an mcore model" in warning and "no attribute 'num_layers'" in warning
