@@ -20,13 +20,14 @@ class EventFile:
     """A new event file in ``run_dir``. Not thread-safe: the writer thread owns it.
 
     The name starts with the time (TensorBoard reads a run's files in name order) and carries the
-    host, pid and a per-process serial, so two writers never open the same file.
+    host, pid and a per-process serial, so two writers never open the same file. The serial is
+    zero-padded so that files opened in the same second still sort in the order they were opened.
     """
 
     def __init__(self, run_dir: Path, filename_suffix: str = "") -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         stamp, host, pid, serial = int(time.time()), socket.gethostname(), os.getpid(), next(_file_counter)
-        name = f"events.out.tfevents.{stamp:010d}.{host}.{pid}.{serial}{filename_suffix}"
+        name = f"events.out.tfevents.{stamp:010d}.{host}.{pid}.{serial:06d}{filename_suffix}"
         self.path = run_dir / name
         self._file = open(self.path, "ab")  # noqa: SIM115 - lives as long as the writer
         self.write(file_version_event(time.time()))
