@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from mindformers_tbplugin.framework.host_values import host_reader
+from mindformers_tbplugin.framework.host_values import first_values_reader, host_reader, joined_reader
 from mindformers_tbplugin.framework.mcore import LossPart, Router
 from mindformers_tbplugin.log import WarnOnce
 
@@ -41,18 +41,19 @@ class Captured:
 class _Family:
     """Values that are read together (the loss parts, or the routers' loads) and their zeroing."""
 
-    def __init__(self, read: Callable[[], np.ndarray]) -> None:
+    def __init__(self, read: Callable[[], Any]) -> None:
+        """``read``: the values now, an array or a tuple of numbers."""
         self.read = read
         self.zeroed: bool | None = None  # do MindFormers' callbacks zero them at every step end?
-        self.baseline: np.ndarray | None = None  # what the previous step left, when they are not zeroed
+        self.baseline: Any = None  # what the previous step left, when they are not zeroed
 
     def begin(self) -> None:
         if self.zeroed is not True:
             self.baseline = self.read()
 
-    def capture(self) -> np.ndarray:
+    def capture(self) -> Any:
         raw = self.read()
-        return raw - self.baseline if self.baseline is not None and self.zeroed is not True else raw
+        return np.subtract(raw, self.baseline) if self.baseline is not None and self.zeroed is not True else raw
 
     def learn(self) -> None:
         """After every callback before ours has run at the first captured step."""
@@ -74,24 +75,21 @@ class Accumulators:
     ) -> None:
         """``bias_every``: the expert bias is read at the first of every this many reads of the loads."""
         self._parts = list(parts)
-        self._part_readers = [host_reader(part.parameter) for part in parts]
-        self._load_readers = [host_reader(router.load) for router in routers]
+        read_parts = first_values_reader([part.parameter for part in parts])
+        read_loads = joined_reader([router.load for router in routers])
         self._bias_readers = [host_reader(router.bias) if router.bias is not None else None for router in routers]
-        self._factors = np.array([part.factor for part in parts], dtype=np.float64)
+        self._factors = [part.factor for part in parts]
         self._routers = list(routers)
         self._due = due
         experts = int(routers[0].load.shape[0]) if routers else 0
         self._with_bias = any(router.bias is not None for router in routers)
-        self._part_family = _Family(self._read_parts) if parts else None
-        self._load_family = _Family(lambda: self._read_rows(self._load_readers, experts)) if routers else None
+        self._part_family = _Family(read_parts) if parts else None
+        self._load_family = _Family(lambda: read_loads().reshape(len(routers), experts)) if routers else None
         self._experts = experts
         self._bias_every = max(bias_every, 1)
         self._reads = 0
         self._captured: Captured | None = None
         self._learning: list[_Family] = []
-
-    def _read_parts(self) -> np.ndarray:
-        return np.array([read()[0] for read in self._part_readers], dtype=np.float64)
 
     def _read_rows(self, readers: list, experts: int) -> np.ndarray:
         rows = np.full((len(readers), experts), np.nan, dtype=np.float32)
@@ -116,8 +114,11 @@ class Accumulators:
             return
         captured = Captured(step)
         if self._part_family in families:
-            contributions = (self._part_family.capture() * self._factors).tolist()
-            captured.parts = {part.tag: value for part, value in zip(self._parts, contributions, strict=True)}
+            values = self._part_family.capture()  # MindFormers' one-element accumulators (Tensor([0]))
+            captured.parts = {
+                part.tag: float(value) * factor
+                for part, value, factor in zip(self._parts, values, self._factors, strict=True)
+            }
         if self._load_family in families:
             captured.loads = self._load_family.capture()
             if self._with_bias and self._reads % self._bias_every == 0:

@@ -9,7 +9,8 @@ tensor's memory rather than a copy. Tensors of a type numpy lacks (bfloat16) go 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import struct
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,35 @@ def host_reader(tensor: Any) -> Callable[[], np.ndarray]:
     if get_bytes is not None and dtype is not None:
         return lambda: np.frombuffer(get_bytes(), dtype=dtype)
     return lambda: np.array(tensor.asnumpy()).reshape(-1)
+
+
+def joined_reader(tensors: Sequence[Any]) -> Callable[[], np.ndarray]:
+    """A function returning the flat host copies of ``tensors``, one after the other, in one array (the
+    loss parts, or every router's load: read together at each logged step). When they share a numpy
+    type their bytes are joined and parsed once, which saves the per-tensor ``np.frombuffer`` that
+    dominates a read of many small tensors; otherwise each is read on its own and concatenated."""
+    getters = [getattr(tensor, "get_bytes", None) for tensor in tensors]
+    types = {_NUMPY_TYPES.get(str(getattr(tensor, "dtype", ""))) for tensor in tensors}
+    if len(types) == 1 and None not in types and None not in getters:
+        dtype = types.pop()
+        return lambda: np.frombuffer(b"".join([get() for get in getters]), dtype=dtype)
+    readers = [host_reader(tensor) for tensor in tensors]
+    return lambda: np.concatenate([read() for read in readers])
+
+
+def first_values_reader(tensors: Sequence[Any]) -> Callable[[], tuple[float, ...]]:
+    """A function returning the first value of each of ``tensors`` as Python numbers (the loss parts,
+    one-element accumulators read at every logged step). One-element tensors of one numpy type are
+    read as joined bytes unpacked by ``struct``: no numpy call, each of which costs microseconds in a
+    training step's cold caches."""
+    getters = [getattr(tensor, "get_bytes", None) for tensor in tensors]
+    types = {_NUMPY_TYPES.get(str(getattr(tensor, "dtype", ""))) for tensor in tensors}
+    one_element = all(int(np.prod(getattr(tensor, "shape", ()) or (1,))) == 1 for tensor in tensors)
+    if one_element and len(types) == 1 and None not in types and None not in getters:
+        unpack = struct.Struct(f"={len(tensors)}{types.pop().char}").unpack
+        return lambda: unpack(b"".join([get() for get in getters]))
+    readers = [host_reader(tensor) for tensor in tensors]
+    return lambda: tuple(float(read()[0]) for read in readers)
 
 
 def host_copy(tensor: Any) -> np.ndarray:

@@ -70,10 +70,12 @@ class LoadStatistics:
 
     def relative(self, loads: np.ndarray) -> np.ndarray:
         """Each expert's load over its layer's mean (float32 like the routers', L x E); NaN rows for layers
-        without load (0 x the infinite scale of an empty row)."""
+        without load."""
         loads = np.asarray(loads, dtype=np.float32)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return loads * (np.float32(loads.shape[1]) / loads.sum(axis=1))[:, None]
+        sums = loads.sum(axis=1)
+        # NaN for an empty row rather than a division by zero: no warning to silence (np.errstate costs
+        # as much as the multiplication).
+        return loads * (np.float32(loads.shape[1]) / np.where(sums > 0, sums, np.float32(np.nan)))[:, None]
 
     def scalars(self, relative: np.ndarray, bias: np.ndarray | None = None) -> dict[str, float]:
         """The tags of one read, from :meth:`relative` loads and the expert bias (L x E, or None): the

@@ -1,6 +1,7 @@
 """Host copies of real MindSpore tensors (framework/host_values.py): flat, in the tensor's own numpy type,
 through ``get_bytes()`` for the types numpy has and ``asnumpy()`` for the others (bfloat16), copies rather
-than views, and a reader that returns a Parameter's current values each time it is called."""
+than views, a reader that returns a Parameter's current values each time it is called, and the readers of
+several at once (every router's load joined; each loss part's value as a Python number)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 from mindspore import Parameter, Tensor
 
-from mindformers_tbplugin.framework.host_values import host_copy, host_reader
+from mindformers_tbplugin.framework.host_values import first_values_reader, host_copy, host_reader, joined_reader
 
 
 @pytest.mark.parametrize(
@@ -52,3 +53,33 @@ def test_a_reader_returns_the_current_values_each_time() -> None:
     assert read().tolist() == [0.0] * 4
     parameter.set_data(Tensor(np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)))
     assert read().tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+def _loads(dtype: ms.dtype = ms.float32) -> list[Parameter]:
+    return [Parameter(Tensor(np.full(4, index, np.float32), dtype), name=f"load{index}") for index in range(3)]
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["one type: joined bytes", "mixed types: one by one"])
+def test_a_joined_reader_returns_every_tensor_in_order_and_follows_them(mixed: bool) -> None:
+    loads = _loads()
+    if mixed:
+        loads[1] = Parameter(Tensor(np.full(4, 1, np.float32), ms.bfloat16), name="load1")
+    read = joined_reader(loads)
+    first = read()
+    assert first.astype(np.float32).tolist() == [0.0] * 4 + [1.0] * 4 + [2.0] * 4
+    loads[2].set_data(Tensor(np.full(4, 7, np.float32), loads[2].dtype))
+    assert read().astype(np.float32).tolist()[8:] == [7.0] * 4  # the values now
+    assert first.astype(np.float32).tolist()[8:] == [2.0] * 4  # an earlier read is a copy
+
+
+@pytest.mark.parametrize(
+    ("dtype", "shape"),
+    [(ms.float32, (1,)), (ms.float16, (1,)), (ms.bfloat16, (1,)), (ms.float32, (2,))],
+    ids=["float32: struct", "float16: struct", "bfloat16: asnumpy", "two elements: the first"],
+)
+def test_first_values_are_python_numbers_of_each_tensor_now(dtype: ms.dtype, shape: tuple[int, ...]) -> None:
+    parts = [Parameter(Tensor(np.full(shape, 0.5 + index, np.float32), dtype), name=f"p{index}") for index in range(3)]
+    read = first_values_reader(parts)
+    assert read() == (0.5, 1.5, 2.5) and all(type(value) is float for value in read())
+    parts[0].set_data(Tensor(np.full(shape, 4.0, np.float32), dtype))
+    assert read()[0] == 4.0
