@@ -32,7 +32,7 @@ def _payloads() -> dict[str, bytes]:
     rng = np.random.default_rng(0)
     moe = events.tensor_event(7, 1.0, "moe/load", rng.random((2, 59, 256)).astype(np.float16), "moe", b"")
     ranks = events.tensor_event(7, 1.0, "ranks/matrix", rng.random((8192, 4)).astype(np.float16), "ranks", b"")
-    return dict(zip(RECORDS, (scalars, moe.SerializeToString(), ranks.SerializeToString()), strict=True))
+    return dict(zip(RECORDS, (scalars, moe, ranks), strict=True))
 
 
 def _time(fn, payload: bytes, repeats: int) -> float:

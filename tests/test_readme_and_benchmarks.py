@@ -62,7 +62,8 @@ def test_benchmark_harness_writes_a_table(tmp_path: Path) -> None:
     assert re.search(r"Ratio tensorboardX / mftb: \*\*[0-9.]+x\*\*", text)
     assert re.search(r"\| tiny LLaMA, sampled to 65,536 \| 21 \| 133,440 \| [0-9.]+ \| [0-9.]+ \|", text)
     assert re.search(r"\| synthetic LLaMA 4 layers \(float16\), sampled to 65,536 \| 38 \| 336,609,280 \|", text)
-    assert re.search(r"\| python \| encode_scalars_event \(wire format\) \| [0-9.]+ \|", text)
+    assert re.search(r"\| python \| 10 scalars \| encode_scalars_event \(wire format\) \| [0-9.]+ \|", text)
+    assert re.search(r"\| python \| moe/load 2 x 59 x 256 \| tensor_event \(wire format\) \| [0-9.]+ \|", text)
     assert re.search(r"\| 10 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x \|", text)  # event bytes per point
     assert re.search(r"\| hook on \(the installed `.pth` imports the package\) \| [0-9.]+ \|", text)
     assert re.search(r"\| max_queue 10,000 \| \d+ \| [0-9.]+ \| 10,000 \| [\d,]+ \| 1 \|", text)

@@ -79,9 +79,10 @@ class RunWriter:
         ``counts[i]`` is the number of values in (limits[i-1], limits[i]]."""
         self._pending.append((_HISTOGRAM, step, time.time(), tag, stats, limits, counts))
 
-    def add_built(self, step: int, build: Callable[[int, float], event_pb2.Event]) -> None:
-        """Queue a rare, structured record (hparams, a graph): ``build(step, wall_time)`` makes the
-        Event on the writer thread, so the caller neither encodes nor waits."""
+    def add_built(self, step: int, build: Callable[[int, float], event_pb2.Event | bytes | None]) -> None:
+        """Queue a structured record (hparams, a graph, a plugin's tensor record): ``build(step,
+        wall_time)`` makes the Event or its bytes (None: nothing to write) on the writer thread, so the
+        caller neither encodes nor waits."""
         self._pending.append((_BUILT, step, time.time(), build))
 
     def flush(self, timeout: float = 10.0) -> bool:
@@ -182,8 +183,8 @@ class RunWriter:
             )
 
     def _build_guarded(
-        self, build: Callable[[int, float], event_pb2.Event], step: int, wall_time: float
-    ) -> event_pb2.Event | None:
+        self, build: Callable[[int, float], event_pb2.Event | bytes], step: int, wall_time: float
+    ) -> event_pb2.Event | bytes | None:
         """Run a queued builder; one that raises costs only its own record, never the writer thread."""
         try:
             return build(step, wall_time)

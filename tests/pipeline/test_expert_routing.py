@@ -11,6 +11,7 @@ from collections.abc import Callable
 import numpy as np
 from fakes import MOE_ROUTERS as ROUTERS
 from fakes import Rank, RecordingWriter, make_job, train
+from tensorboard.compat.proto import event_pb2
 from tensorboard.util import tensor_util
 
 from mindformers_tbplugin.pipeline import expert_routing
@@ -80,12 +81,13 @@ MIXED = RouterSet(("layers.1", "layers.2"), 2, 1, (EXPERT_BIAS, AUX_LOSS))
 
 
 def built(events: list) -> Callable[[int, Callable], None]:
-    """RunWriter.add_built, run at once as the writer thread runs it: None means nothing to write."""
+    """RunWriter.add_built, run at once as the writer thread runs it (None means nothing to write),
+    the bytes parsed back into an Event."""
 
     def add_built(step: int, build: Callable) -> None:
         event = build(step, 1.0)
         if event is not None:
-            events.append(event)
+            events.append(event_pb2.Event.FromString(event))
 
     return add_built
 

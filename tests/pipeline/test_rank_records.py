@@ -17,6 +17,7 @@ import pytest
 from conftest import plugin_log, read_scalars
 from fakes import FakeCollectives, Group, Rank, dp_metrics, make_job, run_ranks, train
 from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
+from tensorboard.compat.proto import event_pb2
 from tensorboard.util import tensor_util
 
 from mindformers_tbplugin.pipeline.metrics import StepMetrics
@@ -100,7 +101,7 @@ def record_events(ranks: list[Rank]) -> list:
     """The events the writing rank's router queues with ``add_built``, built as the writer thread does."""
     (writer,) = [rank.main for rank in ranks if rank.main is not None]
     events: list = []
-    writer.add_built = lambda step, build: events.append(build(step, 1.0))  # type: ignore[attr-defined]
+    writer.add_built = lambda step, build: events.append(event_pb2.Event.FromString(build(step, 1.0)))  # type: ignore[attr-defined]
     return events
 
 

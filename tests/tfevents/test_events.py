@@ -1,4 +1,4 @@
-"""The hand-written scalars encoder produces exactly protobuf's bytes, and TensorBoard reads them."""
+"""The hand-written scalars and tensor-record encoders produce exactly protobuf's bytes, and TensorBoard reads them."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pytest
 from conftest import read_scalars, subprocess_env
-from tensorboard.compat.proto import summary_pb2
+from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
-from mindformers_tbplugin.tfevents.events import encode_scalars_event, scalars_event
+from mindformers_tbplugin.tfevents.events import encode_scalars_event, scalars_event, tensor_event
 from mindformers_tbplugin.tfevents.writer import RunWriter
 
 FLOAT_MAX = float.fromhex("0x1.fffffep+127")
@@ -127,3 +129,40 @@ def test_tensorboard_reads_the_written_points(tmp_path: Path) -> None:
         assert [s for s, _ in got] == [s for s, _ in points], tag
         for (_, want), (_, value) in zip(points, got, strict=True):
             assert (math.isnan(want) and math.isnan(value)) or want == value, (tag, want, value)
+
+
+def _tensor_event_by_protobuf(step: int, wall_time: float, tag: str, array: np.ndarray, plugin: str, content: bytes):
+    """The tensor record as protobuf's objects build it, the reference for the hand-written encoder."""
+    tensor = tensor_pb2.TensorProto(
+        dtype={"float16": types_pb2.DT_HALF, "float32": types_pb2.DT_FLOAT}[array.dtype.name],
+        tensor_shape=tensor_shape_pb2.TensorShapeProto(
+            dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=size) for size in array.shape]
+        ),
+        tensor_content=array.astype(array.dtype.newbyteorder("<")).tobytes(),
+    )
+    metadata = summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=plugin, content=content),
+        data_class=summary_pb2.DATA_CLASS_TENSOR,
+    )
+    value = summary_pb2.Summary.Value(tag=tag, metadata=metadata, tensor=tensor)
+    return event_pb2.Event(wall_time=wall_time, step=step, summary=summary_pb2.Summary(value=[value]))
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype", "tag", "content"),
+    [
+        ((2, 59, 256), np.float16, "moe/load", b'{"groups":["layers.3"]}'),
+        ((8192, 4), np.float16, "ranks/matrix", b""),
+        ((3,), np.float32, "日本語/負荷", b"\x00\xff"),
+        ((0, 4), np.float16, "", b""),  # no rows: a dimension of size 0, no content
+        ((1, 1, 1), np.float32, "x" * 200, b"y" * 300),  # lengths past one varint byte
+    ],
+)
+def test_tensor_records_are_protobufs_bytes(shape: tuple[int, ...], dtype: type, tag: str, content: bytes) -> None:
+    rng = np.random.default_rng(len(shape))
+    array = (rng.standard_normal(shape) * 100).astype(dtype)
+    for step, wall_time in [(0, 0.0), (7, 1.7e9), (2**40, -0.0), (-3, 12.5)]:
+        expected = _tensor_event_by_protobuf(step, wall_time, tag, array, "moe", content).SerializeToString()
+        assert tensor_event(step, wall_time, tag, array, "moe", content) == expected
+    transposed = np.asfortranarray(array)  # not C-contiguous: the values in C order all the same
+    assert tensor_event(7, 1.0, tag, transposed, "moe", content) == tensor_event(7, 1.0, tag, array, "moe", content)
