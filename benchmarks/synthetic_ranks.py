@@ -1,8 +1,8 @@
 """A synthetic run of ``ranks/matrix`` records: W ranks x N records, written by the package's own writer.
 
 Each record is what TensorBoardMonitor writes per aggregation interval (``pipeline/rank_records.py``):
-a float16 ``(world_size, 4)`` matrix of step_time_ms, host_rss_gb, device_mem_allocated_gb and
-device_mem_peak_gb, a tensor summary of plugin ``ranks`` at the interval's step, queued on a real
+a float16 ``(world_size, 5)`` matrix of step_time_ms, host_rss_gb, device_mem_allocated_gb,
+device_mem_peak_gb and loss, a tensor summary of plugin ``ranks`` at the interval's step, queued on a real
 ``RunWriter`` with ``add_built`` + ``tensor_event``; the first record carries the ``RankLayout`` (nodes
 of 8 ranks). The values, generated in blocks of records with vectorised numpy:
 
@@ -11,7 +11,8 @@ of 8 ranks). The values, generated in blocks of records with vectorised numpy:
 * one slow node (its 8 ranks 15% slower) for the records between 50% and 60% of the run;
 * rare spikes (one value in 20,000 is 2-5x its step time);
 * host memory from ~30 GB per rank, growing by 0.4 GB over the run; device memory ~48 GB allocated,
-  ~56 GB peak.
+  ~56 GB peak;
+* each rank's mean loss falling from ~3 to ~2 over the run (sd 1%).
 
 python -m benchmarks.synthetic_ranks --output DIR [--ranks 8192] [--records 10000]
 """
@@ -104,7 +105,9 @@ class _Values:
         host = self.host_base + growth + 0.01 * rng.standard_normal(shape, dtype=np.float32)
         allocated = self.device_base + 0.05 * rng.standard_normal(shape, dtype=np.float32)
         peak = allocated + 8.0 + 0.1 * rng.random(shape, dtype=np.float32)
-        return np.stack([step, host, allocated, peak], axis=-1).astype(np.float16)
+        falling = (2.0 + np.exp(-3.0 * index / max(self.records - 1, 1))).astype(np.float32)[:, None]
+        loss = falling * (1.0 + 0.01 * rng.standard_normal(shape, dtype=np.float32))
+        return np.stack([step, host, allocated, peak, loss], axis=-1).astype(np.float16)
 
 
 def generate(

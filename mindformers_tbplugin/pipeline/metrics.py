@@ -36,6 +36,9 @@ TRAIN_LOSS_LM = "train/loss_lm"
 TRAIN_LOSS_MTP = "train/loss_mtp"
 TRAIN_LOSS_AUX = "train/loss_aux"
 TRAIN_LOSS_INDEXER = "train/loss_indexer"
+# Multi-rank jobs: the highest train/loss of the data-parallel ranks at a logged step, and which rank.
+TRAIN_LOSS_MAX = "train/loss_max"
+TRAIN_LOSS_MAX_RANK = "train/loss_max_rank"
 PERF_STEP_TIME_MS = "perf/step_time_ms"
 # The job's samples (tokens) per step over this rank's own average step time.
 PERF_SAMPLES_PER_S = "perf/samples_per_s"

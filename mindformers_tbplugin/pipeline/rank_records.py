@@ -2,7 +2,8 @@
 aggregation interval, in one tensor summary of the main run. numpy only, no I/O.
 
 The writing rank already receives every rank's interval means (step time, host memory, device
-memory) in the one all-reduce per interval (``SystemSummary.pack_slots``). A record holds them as a
+memory, and its loss) in the one all-reduce per interval (``SystemSummary.pack_slots``,
+``LossAggregator``). A record holds them as a
 float16 matrix of shape ``(world_size, len(CHANNELS))`` (NaN where a rank has no value), at the step
 of the interval's aggregation, tag ``ranks/matrix``. When the world is large, one record covers
 several intervals (the elementwise maximum over them, so a straggler is never averaged away) so that
@@ -23,8 +24,10 @@ import numpy as np
 PLUGIN_NAME = "ranks"
 TAG = "ranks/matrix"
 FORMAT_VERSION = 1
-# The columns of a record, in the order of aggregation.SUMMARY_TAGS (the all-reduce's system slots).
-CHANNELS = ("step_time_ms", "host_rss_gb", "device_mem_allocated_gb", "device_mem_peak_gb")
+# The columns of a record: the all-reduce's system slots in the order of aggregation.SUMMARY_TAGS, then
+# each rank's mean train/loss over the interval (aggregation.LossAggregator). Records written before
+# the loss column have the first four (their layout says so); readers show no loss for them.
+CHANNELS = ("step_time_ms", "host_rss_gb", "device_mem_allocated_gb", "device_mem_peak_gb", "loss")
 BYTES_PER_VALUE = 2  # float16
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 RECORD_OVERHEAD_BYTES = 100  # event framing, tag, shape and metadata of a record without layout, about

@@ -37,6 +37,7 @@ from mindformers_tbplugin.pipeline.aggregation import (
     DataAggregator,
     GradientAggregator,
     JobThroughput,
+    LossAggregator,
     SystemSummary,
 )
 from mindformers_tbplugin.pipeline.expert_load import DEFAULT_DEAD_FRACTION, RouterSet
@@ -90,6 +91,11 @@ class MetricRouter:
         self.collectives = collectives if topology.communicating and options.aggregate_every else None
         self._data = DataAggregator(options.aggregate_every) if self.collectives else None
         self._system = SystemSummary() if self.collectives else None
+        self._losses = (
+            LossAggregator(options.aggregate_every, topology.rank, topology.world_size, topology.holds_data_metrics)
+            if self.collectives
+            else None
+        )
         self._job = (
             JobThroughput(topology.data_parallel_factor, topology.speaks_for_a_replica) if self.collectives else None
         )
@@ -145,6 +151,7 @@ class MetricRouter:
         if self._system is not None:
             self._system.add(step_metrics.system)
             self._job.add(step_metrics.system)
+            self._losses.add(step, step_metrics.data.get(metrics.TRAIN_LOSS))
         every = self.options.aggregate_every
         if self.aggregating and step // every > self._last_aggregated_step // every:
             self.aggregate(step)
@@ -236,8 +243,9 @@ class MetricRouter:
         grads = self._grads.pack() if self._grads is not None else np.zeros(0, dtype=np.float32)
         experts = self._experts.aggregator if self._experts is not None else None
         loads = experts.pack() if experts is not None else np.zeros(0, dtype=np.float32)
+        losses = self._losses.pack()
         stop = np.array([1.0 if self.run.stop.take_request() else 0.0], dtype=np.float32)
-        reduced = self.collectives.all_reduce_sum(np.concatenate([data, system, job, grads, loads, stop]))
+        reduced = self.collectives.all_reduce_sum(np.concatenate([data, system, job, grads, loads, losses, stop]))
         self.stop_agreed = self.stop_agreed or bool(reduced[-1] > 0)
         reduction = self._data.unpack(reduced[: data.size], tags)
         job_start = data.size + system.size
@@ -247,9 +255,15 @@ class MetricRouter:
         loads_start = grads_start + grads.size
         # Model values combined in the all-reduce, written with the data metrics of their step.
         combined = self._gradient_norms(reduced[grads_start:loads_start])
-        for load_step, relative, bias in experts.unpack(reduced[loads_start:-1]) if experts is not None else ():
+        losses_start = loads_start + loads.size
+        for load_step, relative, bias in (
+            experts.unpack(reduced[loads_start:losses_start]) if experts is not None else ()
+        ):
             values = self._experts.written(load_step, relative, bias, self.main)
             combined.setdefault(load_step, {}).update(values)
+        by_rank = self._losses.unpack(reduced[losses_start:-1])
+        for loss_step, values in by_rank.highest:
+            combined.setdefault(loss_step, {}).update(values)
         if self.main is None:
             return
         if reduction.mismatch:
@@ -275,8 +289,8 @@ class MetricRouter:
         summary = {**SystemSummary.summarize(gathered, self.options.topk_ranks), **job_rates}
         if summary:
             self._write_main(step, summary)
-        if self._ranks is not None:
-            self._write_rank_record(step, self._ranks.add(gathered))
+        if self._ranks is not None:  # the system values, then each rank's mean loss (rank_records.CHANNELS)
+            self._write_rank_record(step, self._ranks.add(np.column_stack([gathered, by_rank.interval_means])))
 
     def _write_rank_record(self, step: int, record: np.ndarray | None) -> None:
         """Queue a per-rank record; the writer thread encodes it (a large world's record is big)."""
@@ -322,6 +336,7 @@ class MetricRouter:
             for step in sorted(own):
                 self.main.add_scalars(step, own[step])
             self._data.pending = []
+            self._losses.pending = []
             if self._grads is not None:
                 self._grads.pending = []
             if self._experts is not None:

@@ -83,8 +83,8 @@ class TensorBoardOptions:
             run folders are deleted, or moved to archive_dir, at train begin. 0 keeps all.
         archive_dir: Where keep_last_runs moves old runs instead of deleting them.
         min_free_gb: Warn at train begin when the log file system has less free space than this, in GiB.
-        rank_records: Write every rank's step time and memory per aggregation interval for the ranks
-            dashboard (multi-rank jobs with aggregation).
+        rank_records: Write every rank's step time, memory and mean loss per aggregation interval for the
+            ranks dashboard (multi-rank jobs with aggregation).
         rank_record_budget: Most bytes per training step the per-rank records may average; a large world
             gets one record per several intervals, their maximum; 0: one record every interval.
         moe_every: In a mixture-of-experts model, read every MoE layer's expert load every this many

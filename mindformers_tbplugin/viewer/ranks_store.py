@@ -24,6 +24,12 @@ SLOW_FACTOR = 1.1  # a rank is slow in a record when its step time is above 1.1 
 STEP_TIME = CHANNELS.index("step_time_ms")
 
 
+def _all_channels(matrix: np.ndarray) -> np.ndarray:
+    """A record's (ranks, channels) matrix with every channel: NaN for those added after it was written."""
+    missing = len(CHANNELS) - matrix.shape[1]
+    return np.pad(matrix, ((0, 0), (0, missing)), constant_values=np.nan) if missing else matrix
+
+
 def _layout_for(world_size: int) -> RankLayout:
     """What to assume before any record carried a layout: one node, no worker log."""
     return RankLayout(world_size, CHANNELS, 1, 1, (0,) * world_size, ("?",), None)
@@ -132,7 +138,7 @@ class RunRecords(RecordsRun):
 
     def _accepts(self, record: TensorRecord) -> bool:
         matrix = record.array
-        if matrix.ndim != 2 or matrix.shape[1] != len(CHANNELS):
+        if matrix.ndim != 2 or not 0 < matrix.shape[1] <= len(CHANNELS):  # fewer: written before a channel was added
             return False
         if self.layout is None:
             self.layout = _layout_for(len(matrix))
@@ -143,7 +149,7 @@ class RunRecords(RecordsRun):
             return
         n, channels = len(batch), len(CHANNELS)
         # (channels, records, ranks): each channel's records contiguous, as the chunks hold them.
-        values16 = np.ascontiguousarray(np.stack([record.array for record in batch]).transpose(2, 0, 1))
+        values16 = np.ascontiguousarray(np.stack([_all_channels(record.array) for record in batch]).transpose(2, 0, 1))
         medians = _medians(values16)
         needed = -(-(self.count + n) // CHUNK_RECORDS)
         while len(self.chunks) < needed:

@@ -180,6 +180,13 @@ def test_main_loss_is_the_mean_of_the_ranks_losses(dp2_job: Job) -> None:
         assert abs(value - expected) <= 1e-5, (step, value, expected)
     assert printed[0][5][0] != printed[1][5][0]  # the ranks really saw different data
     assert all(value == 0.5 for _, value in main["custom/d0"])  # mean of rank ids 0 and 1
+    # The highest rank loss of each step, and whose it was (carried in the same all-reduce).
+    highest, ranks = dict(main["train/loss_max"]), dict(main["train/loss_max_rank"])
+    assert sorted(highest) == sorted(ranks) == list(range(1, 13))
+    for step, value in highest.items():
+        expected_rank = max((0, 1), key=lambda rank: printed[rank][step][0])
+        assert abs(value - printed[expected_rank][step][0]) <= 1e-5, (step, value, printed[0][step], printed[1][step])
+        assert ranks[step] == expected_rank, step
 
 
 def test_rank_runs_hold_each_ranks_system_metrics(dp2_job: Job) -> None:
@@ -563,6 +570,13 @@ def test_the_writer_records_every_ranks_step_time_and_memory_for_the_ranks_plugi
     # rank 1's 150 ms sleep per step; rank 0 waits for it in the next all-reduce, so the margin per
     # interval is tens of ms: compared over the run
     assert sum(record[1, 0] for _, record in records) > sum(record[0, 0] for _, record in records), records
+    # Each rank's mean loss over the interval, as its worker log printed it.
+    printed = [mf_losses(job.worker_log(0, rank)) for rank in (0, 1)]
+    loss = CHANNELS.index("loss")
+    for step, record in records:
+        for rank in (0, 1):
+            mean = sum(printed[rank][s][0] for s in range(step - 3, step + 1)) / 4
+            assert abs(float(record[rank, loss]) - mean) <= 2e-3 * mean, (step, rank, record, mean)
     layout = RankLayout.from_content(metadata.content)
     assert (layout.world_size, layout.steps_per_interval, layout.intervals_per_record) == (2, 4, 1)
     assert layout.nodes == (0, 0) and layout.node_names[0].startswith("node 0")

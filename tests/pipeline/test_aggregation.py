@@ -8,7 +8,13 @@ import math
 
 import numpy as np
 
-from mindformers_tbplugin.pipeline.aggregation import MAX_DATA_TAGS, DataAggregator, JobThroughput, SystemSummary
+from mindformers_tbplugin.pipeline.aggregation import (
+    MAX_DATA_TAGS,
+    DataAggregator,
+    JobThroughput,
+    LossAggregator,
+    SystemSummary,
+)
 from mindformers_tbplugin.pipeline.topology import Topology
 
 
@@ -140,3 +146,45 @@ def test_writer_rank_rule() -> None:
     full_batch = [Topology(rank, 4, 1, "semi_auto_parallel", True, True) for rank in range(4)]
     assert [t.speaks_for_a_replica for t in full_batch] == [True, False, False, False]
     assert _topology(0, 1).speaks_for_a_replica
+
+
+def _losses_reduced(losses_of: list[list[float | None]], holds: list[bool], capacity: int = 4):
+    """Each rank's LossAggregator fed its losses of consecutive steps from 1, summed as the all-reduce sums."""
+    world = len(losses_of)
+    aggregators = [LossAggregator(capacity, rank, world, holds[rank]) for rank in range(world)]
+    for aggregator, losses in zip(aggregators, losses_of, strict=True):
+        for step, loss in enumerate(losses, start=1):
+            aggregator.add(step, loss)
+    total = np.sum([aggregator.pack() for aggregator in aggregators], axis=0, dtype=np.float32)
+    assert total.size == (capacity + 1) * world
+    return aggregators[0].unpack(total)
+
+
+def test_the_highest_loss_of_each_step_and_its_rank() -> None:
+    by_rank = _losses_reduced([[2.0, 2.5, 3.0], [2.25, 9.0, 3.0], [1.0, 2.0, 3.5]], [True] * 3)
+    assert by_rank.highest == [
+        (1, {"train/loss_max": 2.25, "train/loss_max_rank": 1.0}),
+        (2, {"train/loss_max": 9.0, "train/loss_max_rank": 1.0}),
+        (3, {"train/loss_max": 3.5, "train/loss_max_rank": 2.0}),
+    ]
+    np.testing.assert_allclose(by_rank.interval_means, [2.5, 14.25 / 3, 6.5 / 3], rtol=1e-6)
+
+
+def test_a_nonfinite_loss_is_the_highest_and_its_rank_is_named() -> None:
+    by_rank = _losses_reduced([[2.0, math.inf], [math.nan, 3.0], [5.0, 4.0]], [True] * 3)
+    (_, first), (_, second) = by_rank.highest
+    assert math.isnan(first["train/loss_max"]) and first["train/loss_max_rank"] == 1.0
+    assert second == {"train/loss_max": math.inf, "train/loss_max_rank": 0.0}
+    assert by_rank.interval_means.tolist() == [math.inf, math.inf, 4.5]  # saturates the rank's heatmap cell
+
+
+def test_ranks_without_the_loss_are_not_compared() -> None:
+    # Two pipeline stages: ranks 0 and 1 output a placeholder loss; a step without a loss is skipped.
+    by_rank = _losses_reduced([[100.0, 100.0], [100.0, 100.0], [1.0, None], [2.0, 0.5]], [False, False, True, True])
+    assert by_rank.highest == [
+        (1, {"train/loss_max": 2.0, "train/loss_max_rank": 3.0}),
+        (2, {"train/loss_max": 0.5, "train/loss_max_rank": 3.0}),
+    ]
+    assert np.isnan(by_rank.interval_means[:2]).all() and by_rank.interval_means[2:].tolist() == [1.0, 1.25]
+    nobody = _losses_reduced([[1.0], [2.0]], [False, False])
+    assert nobody.highest == [] and np.isnan(nobody.interval_means).all()

@@ -52,6 +52,6 @@ def test_the_worker_log_pattern_is_the_launchers_folder_with_node_and_rank_to_fi
 
 def test_a_large_job_gets_one_record_per_several_intervals() -> None:
     layout = rank_layout.build_layout((0,) * 8192, 0, "alpha", 10, 1024, None)
-    # 8192 ranks x 4 channels x 2 bytes + 100 = 65,636 bytes over 10 steps x 1024: ceil(6.4) intervals.
-    assert (layout.world_size, layout.steps_per_interval, layout.intervals_per_record) == (8192, 10, 7)
+    # 8192 ranks x 5 channels x 2 bytes + 100 = 82,020 bytes over 10 steps x 1024: ceil(8.01) intervals.
+    assert (layout.world_size, layout.steps_per_interval, layout.intervals_per_record) == (8192, 10, 9)
     assert layout.node_names == ("node 0 (alpha)",)

@@ -52,11 +52,12 @@ def layout_for(world_size: int, intervals: int, steps_per_interval: int = 4) -> 
 # -- the stride and the recorder ----------------------------------------------------------------------
 def test_small_worlds_get_a_record_every_interval_large_ones_one_per_several() -> None:
     assert intervals_per_record(2, 10, 1024) == 1
-    assert intervals_per_record(1024, 10, 1024) == 1  # 8,292 bytes in a 10,240-byte interval
-    assert intervals_per_record(8192, 10, 1024) == 7  # 65,636 bytes: ceil(65,636 / 10,240)
-    assert intervals_per_record(8192, 1, 1024) == 65
+    assert intervals_per_record(1000, 10, 1024) == 1  # 10,100 bytes (5 channels) in a 10,240-byte interval
+    assert intervals_per_record(1024, 10, 1024) == 2  # 10,340 bytes
+    assert intervals_per_record(8192, 10, 1024) == 9  # 82,020 bytes: ceil(82,020 / 10,240)
+    assert intervals_per_record(8192, 1, 1024) == 81
     assert intervals_per_record(8192, 10, 0) == 1  # budget 0: every interval
-    assert intervals_per_record(8192, 0, 1024) == 65  # no interval length: counted as one step
+    assert intervals_per_record(8192, 0, 1024) == 81  # no interval length: counted as one step
 
 
 def test_the_recorder_keeps_the_maximum_of_its_intervals_ignoring_missing_values() -> None:
@@ -126,7 +127,9 @@ def test_the_writer_records_every_ranks_interval_means_at_each_aggregation() -> 
     first = matrix(events[0])
     assert first.dtype == np.float16 and first.shape == (2, len(CHANNELS))
     # dp_metrics: step time 100 + 200 * rank + step (mean over 1-4: + 2.5), RSS 2 - 0.5 * rank, no device memory.
-    np.testing.assert_array_equal(first, np.array([[102.5, 2.0, NAN, NAN], [302.5, 1.5, NAN, NAN]], dtype=np.float16))
+    # The last channel: each rank's mean loss over the interval (dp_metrics: step + 0.5 + 2 x rank).
+    expected = np.array([[102.5, 2.0, NAN, NAN, 3.0], [302.5, 1.5, NAN, NAN, 5.0]], dtype=np.float16)
+    np.testing.assert_array_equal(first, expected)
     np.testing.assert_array_equal(matrix(events[2])[:, 0], np.array([109.5, 309.5], dtype=np.float16))
 
 

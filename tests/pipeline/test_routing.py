@@ -53,6 +53,15 @@ def test_data_metrics_are_the_mean_over_data_parallel_ranks() -> None:
     assert not ranks[0].router.stop_agreed and not ranks[1].router.stop_agreed
 
 
+def test_the_highest_rank_loss_and_its_rank_are_written_at_every_logged_step() -> None:
+    ranks = make_job(2, aggregate_every=4)
+    train(ranks, range(1, 11), dp_metrics)  # rank 1's loss is rank 0's + 2; aggregations at 4, 8 and the end
+    main = ranks[0].main
+    assert main.series("train/loss_max") == [(step, step + 2.5) for step in range(1, 11)]
+    assert main.series("train/loss_max_rank") == [(step, 1.0) for step in range(1, 11)]
+    assert "train/loss_max" not in ranks[0].rank_run.tags()  # the job's, in the main run only
+
+
 def test_averaged_data_metrics_are_written_at_the_aggregation() -> None:
     ranks = make_job(2, aggregate_every=4)
     written: dict[int, list[int]] = {}  # after each step of the writer rank: the loss steps written so far

@@ -54,7 +54,7 @@ def test_the_plugin_routes_answer_json_and_say_what_is_wrong(tmp_path: Path) -> 
         400,
         {"error": "parameter 'max_ranks' must be an integer, got 'many'"},
     )
-    assert get("/matrix", "run=job&channel=loss")[0] == 400
+    assert get("/matrix", "run=job&channel=temperature")[0] == 400
     assert get("/rank", "run=job") == (400, {"error": "missing parameter 'rank'"})
     assert get("/rank", "run=job&rank=8")[0] == 400
     assert get("/stragglers", "run=other") == (404, {"error": "no ranks records in run 'other'"})

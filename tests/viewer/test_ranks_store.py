@@ -4,6 +4,7 @@ records replacing the steps after its checkpoint (the straggler tallies recounte
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -62,3 +63,14 @@ def test_a_resume_rewrites_the_steps_after_its_checkpoint(tmp_path: Path) -> Non
         "since_step": 160,
         "last_slow_step": 300,
     }
+
+
+def test_records_written_before_the_loss_channel_still_show_without_it(tmp_path: Path) -> None:
+    values = matrices(8, 5)
+    old_layout = replace(layout(8), channels=CHANNELS[:4])
+    write_ranks_run(tmp_path / "job", values[..., :4], rank_layout=old_layout)
+    run = ranks_run(tmp_path)
+    assert run.count == 5
+    step_times = ranks_views.matrix(run, "step_time_ms")
+    assert step_times["rows"] == 8 and step_times["max"] is not None
+    assert ranks_views.matrix(run, "loss")["max"] is None  # no values: an empty channel, not an error

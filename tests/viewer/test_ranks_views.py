@@ -116,7 +116,7 @@ def test_a_ranks_series_and_worker_log(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"rank 16 is not in 0\.\.15"):
         ranks_views.rank_series(run, 16)
     with pytest.raises(ValueError, match="unknown channel"):
-        ranks_views.matrix(run, "loss")
+        ranks_views.matrix(run, "temperature")
 
 
 def test_rows_follow_the_nodes_when_ranks_alternate_between_them(tmp_path: Path) -> None:

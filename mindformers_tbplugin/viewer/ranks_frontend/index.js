@@ -7,6 +7,7 @@ const CHANNEL_LABELS = {
   host_rss_gb: 'host memory (GB)',
   device_mem_allocated_gb: 'device memory allocated (GB)',
   device_mem_peak_gb: 'device memory peak (GB)',
+  loss: 'loss (each rank\'s mean over the interval)',
 };
 // White -> yellow -> orange -> red -> dark red: the slow (or full) cells stand out.
 const RAMP = [[255, 255, 255], [255, 237, 160], [254, 178, 76], [240, 59, 32], [128, 0, 38]];
