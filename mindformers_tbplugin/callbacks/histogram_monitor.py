@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from mindformers_tbplugin.framework.collectives import device_target
 from mindformers_tbplugin.framework.trainers import MonitorCallback, StepEnd, TrainStart
 from mindformers_tbplugin.log import WarnOnce, logger
-from mindformers_tbplugin.pipeline import custom_metrics, histograms
+from mindformers_tbplugin.pipeline import custom_metrics, histograms, schedules
 from mindformers_tbplugin.schema import ConfigError, Problem, Range, check_entry
 from mindformers_tbplugin.tfevents.registry import get_writer
 
@@ -109,10 +109,8 @@ class HistogramMonitor(MonitorCallback):
 
     def _silent_schedules(self, start: TrainStart) -> list[str]:
         """The schedules that never come due before training ends, each saying why."""
-        silent = []
         end = start.final_step
-        if self.every_steps and end is not None and end // self.every_steps <= self._last_step // self.every_steps:
-            silent.append(f"every_steps {self.every_steps}, and training ends at step {end}")
+        silent = schedules.never_due({"every_steps": self.every_steps}, self._last_step, end) if end is not None else []
         if self.every_epochs and start.epochs is not None and self.every_epochs > start.epochs:
             silent.append(f"every_epochs {self.every_epochs}, and training runs {start.epochs} epoch(s)")
         return silent

@@ -22,7 +22,7 @@ from mindformers_tbplugin.framework.model_outputs import ModelOutputs
 from mindformers_tbplugin.framework.system_stats import MemoryReadings
 from mindformers_tbplugin.framework.trainers import StepEnd, TrainStart
 from mindformers_tbplugin.log import WarnOnce, logger
-from mindformers_tbplugin.pipeline import custom_metrics, expert_routing, histograms, metrics
+from mindformers_tbplugin.pipeline import custom_metrics, expert_routing, histograms, metrics, schedules
 from mindformers_tbplugin.pipeline.metrics import MetricKind, StepMetrics
 from mindformers_tbplugin.pipeline.routing import MetricRouter, RouterOptions
 from mindformers_tbplugin.pipeline.run import Run, training_run
@@ -118,6 +118,8 @@ class MonitorSession:
         if self.writer is not None:
             run_info = run_description.RunInfoOptions(options.log_hparams, options.log_config, options.log_graph)
             self.guard("run_info", self._describe, start, run_info)
+        if self.writer is not None and start.final_step is not None:
+            self._warn_never_due(start.final_step)
         logger.info("%s: %s", NAME, topology.describe())
         if self.layer_norms is not None:
             logger.info("%s: %s", NAME, self.layer_norms.describe())
@@ -125,6 +127,19 @@ class MonitorSession:
         if self.writer is not None:
             logger.info("%s: writing %s. View it: mftb tensorboard %s", NAME, self.run_dir, self.log_root)
         return router
+
+    def _warn_never_due(self, final_step: int) -> None:
+        """One warning naming every schedule of ours this training's steps never reach."""
+        options, first = self.options, self.step
+        every = {"param_norm_every": options.param_norm_every}
+        if self.layer_norms is not None:
+            every["grad_hist_every"] = options.grad_hist_every
+        if self.outputs.routers is not None:
+            every["moe_every"] = options.moe_every
+        said = [schedules.never_logs(options.log_every, first, final_step)]
+        said += schedules.never_due(every, first, final_step)
+        if any(said):
+            self._warn_once("never_due", f"{NAME}: " + "; ".join(message for message in said if message))
 
     def _describe(self, start: TrainStart, run_info: run_description.RunInfoOptions) -> None:
         description = run_description.describe_run(start, self.options.experiment, run_info, self.outputs.hparams)

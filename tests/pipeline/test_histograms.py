@@ -98,5 +98,10 @@ def test_a_training_says_what_histograms_it_writes_and_when_none_will_come(tmp_p
     run = train(write_tiny_config(tmp_path, tiny_data, callbacks, num_samples=16), tmp_path)
     assert run.returncode == 0, run.output[-4000:]
     assert re.search(r"HistogramMonitor: \d+ of \d+ trainable parameters, every 500 steps, 30 buckets", run.output)
-    silent = "HistogramMonitor writes nothing in this training: every_steps 500, and training ends at step 8"
+    silent = (
+        "HistogramMonitor writes nothing in this training: every_steps 500 never comes due: training ends at step 8"
+    )
     assert silent in run.output
+    # TensorBoardMonitor says the same of its own schedules, once, with the number that would fire.
+    never = "TensorBoardMonitor: param_norm_every 100 never comes due: training ends at step 8 (set 8 or less)"
+    assert run.output.count(never) == 1
