@@ -9,6 +9,7 @@ median over ranks, and the straggler tallies (see :class:`Tallies`).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,18 +60,32 @@ def _medians(values16: np.ndarray) -> np.ndarray:
 class Tallies:
     """Per rank, over all records: how often it was the slowest, how often slow (> SLOW_FACTOR x the
     median), the sum of its relative step time when slowest, and the first and last record it was
-    slow in (-1: never)."""
+    slow in (-1: never). Per node: how many records had every one of its ranks slow (a slow host, not
+    a slow rank), and the first and last of them."""
 
     slowest: np.ndarray
     slow: np.ndarray
     excess: np.ndarray
     first: np.ndarray
     last: np.ndarray
+    node_order: np.ndarray  # the ranks sorted by node (stable)
+    node_starts: np.ndarray  # where each node's ranks start in node_order
+    node_whole: np.ndarray  # per node: records with all of its ranks slow
+    node_first: np.ndarray
+    node_last: np.ndarray
 
     @classmethod
-    def empty(cls, world_size: int) -> Tallies:
+    def empty(cls, world_size: int, nodes: Sequence[int]) -> Tallies:
         zeros = np.zeros(world_size, np.int64)
-        return cls(zeros.copy(), zeros.copy(), np.zeros(world_size), zeros - 1, zeros - 1)
+        node_of = np.asarray(nodes, np.int64) if len(nodes) == world_size else np.zeros(world_size, np.int64)
+        order = np.argsort(node_of, kind="stable")
+        node_count = int(node_of.max()) + 1 if world_size else 0
+        starts = np.searchsorted(node_of[order], np.arange(node_count))
+        node_zeros = np.zeros(node_count, np.int64)
+        return cls(
+            zeros.copy(), zeros.copy(), np.zeros(world_size), zeros - 1, zeros - 1,
+            order, starts, node_zeros.copy(), node_zeros - 1, node_zeros - 1,
+        )  # fmt: skip
 
     def add(self, step_times: np.ndarray, medians: np.ndarray, offset: int) -> None:
         """``step_times``: (records, ranks) float32 of records ``offset``..; ``medians``: per record."""
@@ -83,11 +98,22 @@ class Tallies:
         np.add.at(self.excess, worst, relative[has_value, worst])
         slow = relative > SLOW_FACTOR
         self.slow += slow.sum(axis=0)
-        seen = slow.any(axis=0)
-        first = offset + slow.argmax(axis=0)
-        last = offset + len(slow) - 1 - slow[::-1].argmax(axis=0)
-        self.first = np.where(seen & (self.first < 0), first, self.first)
-        self.last = np.where(seen, last, self.last)
+        self.first, self.last = _first_last(slow, offset, self.first, self.last)
+        if len(self.node_starts):
+            sizes = np.diff(np.append(self.node_starts, len(self.node_order)))
+            slow_in_node = np.add.reduceat(slow[:, self.node_order].astype(np.int32), self.node_starts, axis=1)
+            whole = (slow_in_node == sizes) & (sizes > 0)
+            self.node_whole += whole.sum(axis=0)
+            self.node_first, self.node_last = _first_last(whole, offset, self.node_first, self.node_last)
+
+
+def _first_last(hit: np.ndarray, offset: int, first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first and last record (counted from ``offset``) of each column of ``hit`` (records, columns),
+    kept from earlier records where already known."""
+    seen = hit.any(axis=0)
+    now_first = offset + hit.argmax(axis=0)
+    now_last = offset + len(hit) - 1 - hit[::-1].argmax(axis=0)
+    return np.where(seen & (first < 0), now_first, first), np.where(seen, now_last, last)
 
 
 @dataclass
@@ -167,7 +193,7 @@ class RunRecords(RecordsRun):
         self.steps[rows] = [record.step for record in batch]
         self.medians[rows] = medians.T
         if self.tallies is None:
-            self.tallies = Tallies.empty(self.world_size)
+            self.tallies = Tallies.empty(self.world_size, self.layout.nodes)
         self.tallies.add(values16[STEP_TIME].astype(np.float32), medians[STEP_TIME], self.count)
         self.count += n
 
@@ -178,7 +204,7 @@ class RunRecords(RecordsRun):
         self.chunks = self.chunks[: -(-keep // CHUNK_RECORDS)] if keep else []
         self.tallies = None
         if keep and self.layout is not None:
-            self.tallies = Tallies.empty(self.world_size)
+            self.tallies = Tallies.empty(self.world_size, self.layout.nodes)
             offset = 0
             for view in self.channel(STEP_TIME):
                 rows = slice(offset, offset + len(view))

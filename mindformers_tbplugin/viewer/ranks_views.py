@@ -128,7 +128,7 @@ def matrix(
 def stragglers(run: RunRecords, limit: int = DEFAULT_STRAGGLERS) -> dict:
     """Ranks by how often they were slow (above SLOW_FACTOR x the record's median), then how often the
     slowest of a record, then by how much (in a large job some rank is the slowest of each record by
-    noise alone, so that count comes second)."""
+    noise alone, so that count comes second); and the nodes whose ranks were all slow at once."""
     tallies, count = run.tallies, run.count
     mean_excess = np.divide(
         tallies.excess, tallies.slowest, out=np.zeros_like(tallies.excess), where=tallies.slowest > 0
@@ -152,7 +152,29 @@ def stragglers(run: RunRecords, limit: int = DEFAULT_STRAGGLERS) -> dict:
                 "last_slow_step": int(run.steps[last]) if 0 <= last < count else None,
             }
         )
-    return {"records": count, "slow_factor": SLOW_FACTOR, "ranks": ranks}
+    return {"records": count, "slow_factor": SLOW_FACTOR, "ranks": ranks, "nodes": _slow_nodes(run, limit)}
+
+
+def _slow_nodes(run: RunRecords, limit: int) -> list[dict]:
+    """Nodes that had every one of their ranks slow in some record (a host, not a rank), most often
+    first: ``node host5: 8 of 8 ranks slow in 12 records, since step 4500``."""
+    tallies, count, names = run.tallies, run.count, run.layout.node_names
+    sizes = np.diff(np.append(tallies.node_starts, len(tallies.node_order)))
+    order = np.lexsort((np.arange(len(sizes)), -tallies.node_whole))
+    nodes = []
+    for node in order[tallies.node_whole[order] > 0][: max(limit, 0)].tolist():
+        first, last = int(tallies.node_first[node]), int(tallies.node_last[node])
+        nodes.append(
+            {
+                "node": node,
+                "node_name": names[node] if node < len(names) else None,
+                "ranks": int(sizes[node]),
+                "records": int(tallies.node_whole[node]),
+                "since_step": int(run.steps[first]) if 0 <= first < count else None,
+                "last_slow_step": int(run.steps[last]) if 0 <= last < count else None,
+            }
+        )
+    return nodes
 
 
 def worker_log(run: RunRecords, rank: int) -> str | None:

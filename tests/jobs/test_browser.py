@@ -224,6 +224,7 @@ def test_ranks_dashboard_draws_the_heatmap_and_names_the_straggler(tmp_path: Pat
     values = matrices(64, 60)
     values[:, 40:48, 0] *= 1.04  # one node a little slower throughout
     values[25:, 19, 0] *= 1.35  # rank 19 becomes the straggler at step 260
+    values[40:50, 48:56, 0] *= 1.2  # node host6, all 8 ranks, from step 410 to 500
     values[:, :, 2] = 28 + np.arange(64)[None, :] % 8 / 4
     write_ranks_run(run_dir, values)
     screenshot = tmp_path / "tensorboard-ranks-heatmap.png"
@@ -236,6 +237,7 @@ def test_ranks_dashboard_draws_the_heatmap_and_names_the_straggler(tmp_path: Pat
             assert drawn == str(64 * 60), f"heatmap cells drawn: {drawn!r}"
             first = driver.find_element("css selector", "#stragglers li")
             straggler_text = first.text
+            slow_nodes = [li.text for li in driver.find_elements("css selector", "#slow-nodes li")]
             first.click()
             log_line = ""
             while "worker" not in log_line and time.monotonic() < deadline:
@@ -251,6 +253,7 @@ def test_ranks_dashboard_draws_the_heatmap_and_names_the_straggler(tmp_path: Pat
 
     assert ranks[0] == "19", f"straggler list: {ranks}"
     assert "rank 19 (host2)" in straggler_text and "since step 260" in straggler_text
+    assert slow_nodes == ["node host6: 8 of 8 ranks slow in 10 record(s), since step 410"]
     assert log_line == "worker log: /jobs/out/msrun_log/2/worker_19.log"
     assert re.fullmatch(r"rank 19, node host2, step (\d+): 1\.3\d* x median", tip), tip
     _keep_picture(screenshot)

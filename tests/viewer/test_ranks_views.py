@@ -82,6 +82,22 @@ def test_stragglers_by_how_often_then_how_much_and_since_when(tmp_path: Path) ->
     }
     assert (second["rank"], second["slow"], second["since_step"], second["node_name"]) == (9, 20, 210, "host1")
     assert len(answer["ranks"]) == 3  # the others were only the slowest of some records, by chance
+    assert answer["nodes"] == []  # one or two slow ranks are not a slow node
+
+
+def test_a_node_whose_ranks_are_all_slow_is_named(tmp_path: Path) -> None:
+    values = matrices(32, 40)  # 4 nodes of 8 ranks
+    values[10:20, 16:24, 0] *= 1.3  # node 2 (ranks 16-23), records 10-19 (steps 110-200)
+    values[25:27, 24:31, 0] *= 1.3  # 7 of node 3's 8 ranks: not the whole node
+    values[30:, 8:16, 0] *= 1.25  # node 1 from record 30 (step 310) on, and one rank of it alone before
+    values[5:30, 9, 0] *= 1.4
+    write_ranks_run(tmp_path / "job", values)
+    answer = ranks_views.stragglers(ranks_run(tmp_path), limit=5)
+    assert answer["nodes"] == [
+        {"node": 1, "node_name": "host1", "ranks": 8, "records": 10, "since_step": 310, "last_slow_step": 400},
+        {"node": 2, "node_name": "host2", "ranks": 8, "records": 10, "since_step": 110, "last_slow_step": 200},
+    ]
+    assert answer["ranks"][0]["rank"] == 9  # the slow rank keeps its place among the ranks
 
 
 def test_new_records_are_read_incrementally_and_the_cache_follows(tmp_path: Path) -> None:

@@ -161,6 +161,11 @@ async function refresh(ui) {
     return item;
   }));
   if (!slow.ranks.length) ui.stragglers.append(el('li', { textContent: 'none' }));
+  // A host, not a rank: every rank of the node slow in the same records.
+  ui.slowNodes.replaceChildren(...slow.nodes.map((n) => el('li', {
+    textContent: `node ${n.node_name ?? n.node}: ${n.ranks} of ${n.ranks} ranks slow in ${n.records} record(s)${
+      n.since_step === null ? '' : `, since step ${n.since_step}`}`,
+  })));
   if (state.rank !== null) await showRank(ui, state.rank);
 }
 
@@ -175,6 +180,7 @@ export async function render() {
     tip: el('div', { id: 'tip' }),
     legend: el('div', { id: 'legend' }),
     stragglers: el('ol', { id: 'stragglers' }),
+    slowNodes: el('ul', { id: 'slow-nodes' }),
     detailTitle: el('div', { id: 'rank-title', textContent: 'Click a rank in the heatmap or the list.' }),
     log: el('div', { id: 'worker-log' }),
     series: el('canvas', { id: 'series', width: 900, height: 180 }),
@@ -185,7 +191,7 @@ export async function render() {
   document.body.append(
     el('div', {}, 'Run ', ui.runs, ' colour: ', ui.channels, ' ', ui.info),
     el('h3', { textContent: 'Ranks (rows, grouped by node) x steps' }), ui.heatmap, ui.legend, ui.tip,
-    el('h3', { textContent: 'Stragglers' }), ui.stragglers,
+    el('h3', { textContent: 'Stragglers' }), ui.slowNodes, ui.stragglers,
     el('h3', { textContent: 'One rank' }), ui.detailTitle, ui.log, ui.series,
   );
   ui.runs.addEventListener('change', () => { state.run = ui.runs.value; state.rank = null; refresh(ui); });
