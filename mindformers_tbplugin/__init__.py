@@ -10,7 +10,10 @@ process of the environment, which is how ``type: TensorBoardMonitor`` resolves i
 from __future__ import annotations
 
 # No `typing` here: this module runs at every interpreter start, and `typing` alone costs ~10 ms.
+import atexit
+
 from mindformers_tbplugin.registration.catalog import CALLBACKS, WRAPPERS
+from mindformers_tbplugin.registration.exit_status import exit_after_an_alert_stop
 from mindformers_tbplugin.registration.import_hook import register_when_mindformers_loads
 
 __version__ = "0.1.0"
@@ -39,3 +42,5 @@ def __getattr__(name: str) -> object:
 
 
 register_when_mindformers_loads()
+# Registered first, so run last at exit: an alert stop's exit status 3 under any entry (exit_status.py).
+atexit.register(exit_after_an_alert_stop)

@@ -96,19 +96,19 @@ if (( status != 0 )); then
     [[ -e "$log" ]] || continue
     if grep -q -E "Traceback \(most recent call last\)|^[A-Za-z]*Error:" "$log"; then
       failed+=("$log")
-    elif grep -q "mftb train: stopped by AlertMonitor (" "$log"; then
+    elif grep -q -E "^[^:]+: stopped by AlertMonitor \(" "$log"; then
       stops+=("$log")
     fi
   done
   if (( ${#failed[@]} == 0 && ${#stops[@]} > 0 )); then
-    # Every rank exited with mftb train's status 3; the rank that writes the main run names the rule,
-    # the others say "an alert on rank R".
+    # Every rank exited with the alert status 3 (mftb train, or any entry through the plugin's exit
+    # handler); the rank that writes the main run names the rule, the others say "an alert on rank R".
     stop_log="${stops[0]}"
     for log in "${stops[@]}"; do
-      grep -q "mftb train: stopped by AlertMonitor (an alert on rank " "$log" || { stop_log="$log"; break; }
+      grep -q ": stopped by AlertMonitor (an alert on rank " "$log" || { stop_log="$log"; break; }
     done
-    line="$(grep -m 1 -o "mftb train: stopped by AlertMonitor (.*" "$stop_log")"
-    line="${line#mftb train: }"
+    line="$(grep -m 1 -o -E "^[^:]+: stopped by AlertMonitor \(.*" "$stop_log")"
+    line="${line#*: }"
     rank="$(basename "$stop_log" .log)"; rank="${rank#worker_}"
     echo "msrun_launch: the job was ${line%%; exit status*} (rank $rank's log: $stop_log); $tb_runs" >&2
     exit 3

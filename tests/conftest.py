@@ -37,6 +37,16 @@ MF_LOSS_LINE = re.compile(
 )
 
 
+def run_mindformer_script() -> Path:
+    """The installed MindFormers release's run_mindformer.py (r1.9.0's for MindFormers 1.9 and 2.x), as a
+    release checkout would run it (tests/compat/run_mindformer/)."""
+    from mindformers_tbplugin.framework import versions
+
+    major, minor = (int(part) for part in (versions.find("mindformers").version or "1.9").split(".")[:2])
+    release = "r1.7.0" if (major, minor) <= (1, 7) else "r1.8.0" if (major, minor) == (1, 8) else "r1.9.0"
+    return REPO / "tests" / "compat" / "run_mindformer" / release / "run_mindformer.py"
+
+
 def documentation() -> str:
     """README.md and every page of docs/, one text: what the tests check the code against."""
     pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -202,9 +212,18 @@ class TrainingRun:
         return only
 
 
-def train(config: Path, cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: int = 600) -> TrainingRun:
+def train(
+    config: Path,
+    cwd: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: int = 600,
+    entry: Path | None = None,
+) -> TrainingRun:
+    """``mftb train``, or the ``entry`` script (a release's run_mindformer.py) with the same arguments."""
+    command = [sys.executable, str(entry)] if entry else [MFTB, "train"]
     result = subprocess.run(
-        [MFTB, "train", "--config", str(config), *args],
+        [*command, "--config", str(config), *args],
         cwd=cwd,
         env=env or subprocess_env(),
         capture_output=True,

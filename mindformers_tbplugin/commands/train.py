@@ -6,9 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from mindformers_tbplugin.registration import exit_status
+from mindformers_tbplugin.registration.exit_status import STOPPED_BY_ALERT
+
 NAME = "train"
 HELP = "train with a MindFormers YAML config (run_mindformer.py's training entry; exit 3: an alert stopped it)"
-STOPPED_BY_ALERT = 3  # exit status: an AlertMonitor rule with action: stop ended training
 DESCRIPTION = (
     "Train with a MindFormers YAML config, as run_mindformer.py does. Unknown '--key.sub value' pairs "
     "override config keys. Usable as the script msrun starts on every rank. The callbacks: block is checked "
@@ -40,16 +42,7 @@ def status_after_training() -> int:
     (it rode in the cross-rank aggregation), so every rank returns the same status; none returns
     before all have ended training, since msrun kills the other ranks as soon as one exits non-zero
     (a checkpoint still being saved would be cut short)."""
-    from mindformers_tbplugin.framework.collectives import wait_for_every_rank
-    from mindformers_tbplugin.pipeline.run import current_run
-
-    run = current_run()
-    stop = run.stop.carried_out if run is not None else None
-    if stop is None:
-        return 0
-    print(f"mftb train: {stop.status()}; exit status {STOPPED_BY_ALERT}", file=sys.stderr, flush=True)
-    wait_for_every_rank()
-    return STOPPED_BY_ALERT
+    return exit_status.report_alert_stop("mftb train")
 
 
 def check_before_training(path: str | Path) -> None:

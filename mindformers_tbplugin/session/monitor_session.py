@@ -26,6 +26,7 @@ from mindformers_tbplugin.pipeline import custom_metrics, expert_routing, histog
 from mindformers_tbplugin.pipeline.metrics import MetricKind, StepMetrics
 from mindformers_tbplugin.pipeline.routing import MetricRouter, RouterOptions
 from mindformers_tbplugin.pipeline.run import Run, training_run
+from mindformers_tbplugin.registration import exit_status
 from mindformers_tbplugin.session import run_folder, run_record
 from mindformers_tbplugin.session.tensorboard_options import TensorBoardOptions
 from mindformers_tbplugin.tfevents.registry import get_writer, on_sigterm, remove_sigterm_listener
@@ -249,6 +250,8 @@ class MonitorSession:
         if router.stop_agreed:
             self.run.stop.agreed(self.topology.writer_rank)
         stop = self.run.stop.finish(self.step) if clean else None
+        if stop is not None:
+            exit_status.training_stopped_by_alert(stop.status())
         if self.writer is not None:
             status = status or (stop.status() if stop else f"completed at step {self.step}")
             self.writer.add_text(self.step, metrics.META_STATUS, status)

@@ -8,14 +8,23 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import MFTB, TrainingRun, documentation, read_scalars, subprocess_env, train, write_tiny_config
+from conftest import (
+    MFTB,
+    TrainingRun,
+    documentation,
+    read_scalars,
+    run_mindformer_script,
+    subprocess_env,
+    train,
+    write_tiny_config,
+)
 
 # MindSpore must be imported before any protobuf user (tensorboard, tensorboardX protos): its import
 # switches protobuf to the pure-Python implementation, which fails once protobuf is loaded.
 from mindformers_tbplugin.alerts.rule_catalog import RULES
 from mindformers_tbplugin.alerts.rules import Rule
 from mindformers_tbplugin.callbacks import AlertMonitor
-from mindformers_tbplugin.commands.train import STOPPED_BY_ALERT
+from mindformers_tbplugin.registration.exit_status import STOPPED_BY_ALERT
 from mindformers_tbplugin.schema import params_of
 
 STEPS = 32
@@ -23,9 +32,8 @@ STEP_LINE = re.compile(r"step:\[\s*(\d+)/\s*\d+\], loss:")
 DIVERGING_LR = 1.0e38  # the first update makes the weights overflow: the loss is NaN from step 2
 
 
-@pytest.fixture(scope="module")
-def diverged_run(tmp_path_factory: pytest.TempPathFactory, tiny_data: Path) -> TrainingRun:
-    folder = tmp_path_factory.mktemp("diverged")
+def diverging_config(folder: Path, tiny_data: Path, steps: int = STEPS) -> Path:
+    """The tiny LLaMA with a learning rate that makes its loss NaN from step 2; AlertMonitor stops it."""
     callbacks = [
         {"type": "MFLossMonitor"},
         {"type": "TensorBoardMonitor", "log_dir": str(folder / "tb"), "experiment": "diverged"},
@@ -49,12 +57,18 @@ def diverged_run(tmp_path_factory: pytest.TempPathFactory, tiny_data: Path) -> T
         folder,
         tiny_data,
         callbacks,
-        num_samples=2 * STEPS,
+        num_samples=2 * steps,
         optimizer={"type": "AdamW", "betas": [0.9, 0.95], "eps": 1.0e-8, "weight_decay": 0.0},
         lr_schedule={"type": "ConstantWarmUpLR", "learning_rate": DIVERGING_LR, "warmup_steps": 0, "total_steps": -1},
         runner_wrapper={"type": "CPUTrainOneStepCell", "scale_sense": 1.0, "use_clip_grad": False},
     )
-    run = train(config, folder)
+    return config
+
+
+@pytest.fixture(scope="module")
+def diverged_run(tmp_path_factory: pytest.TempPathFactory, tiny_data: Path) -> TrainingRun:
+    folder = tmp_path_factory.mktemp("diverged")
+    run = train(diverging_config(folder, tiny_data), folder)
     assert run.returncode == STOPPED_BY_ALERT, run.output[-5000:]
     return run
 
@@ -84,6 +98,17 @@ def test_mftb_train_exits_with_its_alert_status_naming_the_rule(diverged_run: Tr
     line = "mftb train: stopped by AlertMonitor (nonfinite on train/loss) at step 2; exit status 3"
     assert line in diverged_run.output.splitlines()
     assert "Traceback" not in diverged_run.output
+
+
+def test_run_mindformer_py_exits_with_the_same_alert_status(tmp_path: Path, tiny_data: Path) -> None:
+    """MindFormers' own entry returns normally after training; the plugin's exit handler makes the
+    process exit 3 all the same, after the checkpoint callback and every other exit handler ran."""
+    run = train(diverging_config(tmp_path, tiny_data, steps=4), tmp_path, entry=run_mindformer_script())
+    assert run.returncode == STOPPED_BY_ALERT, run.output[-5000:]
+    line = "run_mindformer.py: stopped by AlertMonitor (nonfinite on train/loss) at step 2; exit status 3"
+    assert line in run.output.splitlines()
+    assert "Traceback" not in run.output
+    assert [int(step) for step in STEP_LINE.findall(run.output)] == [1, 2]
 
 
 def test_the_run_says_an_alert_stopped_it(diverged_run: TrainingRun) -> None:

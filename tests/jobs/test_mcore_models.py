@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import HELPERS, MFTB, REPO, read_scalars, run_dirs, subprocess_env
+from conftest import HELPERS, MFTB, REPO, read_scalars, run_dirs, run_mindformer_script, subprocess_env
 from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
 from tensorboard.util import tensor_util
 
@@ -24,7 +24,6 @@ from mindformers_tbplugin.pipeline.expert_records import ExpertLayout
 
 pytestmark = [pytest.mark.process, pytest.mark.compat]  # in every MindSpore/MindFormers environment too
 TRAIN_MCORE = REPO / "scripts" / "cpu" / "train_mcore.py"
-RELEASES = REPO / "tests" / "compat" / "run_mindformer"
 # MFLossMonitor's line; mcore MoE/MTP models print their loss parts between loss and per_step_time.
 MF_LINE = re.compile(r"step:\[\s*(\d+)/\s*\d+\], loss:\[([0-9.]+)/")
 MF_FLOPS = re.compile(r"Full model flops calculated: (\d+)")
@@ -282,15 +281,6 @@ def test_a_dense_qwen3_writes_no_moe_tags_and_no_running_sums(tmp_path: Path, mc
 
 
 # -- MindFormers' own entry ---------------------------------------------------------------------------------
-def run_mindformer_script() -> Path:
-    """The installed release's run_mindformer.py (r1.9.0's for MindFormers 1.9 and 2.x)."""
-    from mindformers_tbplugin.framework import versions
-
-    major, minor = (int(part) for part in (versions.find("mindformers").version or "1.9").split(".")[:2])
-    release = "r1.7.0" if (major, minor) <= (1, 7) else "r1.8.0" if (major, minor) == (1, 8) else "r1.9.0"
-    return RELEASES / release / "run_mindformer.py"
-
-
 def test_run_mindformer_trains_deepseek3_with_the_same_tags(tmp_path: Path, mcore_data: Path) -> None:
     config = mcore_config("deepseek3", tmp_path, mcore_data, samples=24)
     output = train_mcore(config, tmp_path, entry=run_mindformer_script())

@@ -26,11 +26,12 @@ from conftest import (
     read_scalars,
     resumable_callbacks,
     run_dirs,
+    run_mindformer_script,
     subprocess_env,
 )
 from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 
-from mindformers_tbplugin.commands.train import STOPPED_BY_ALERT
+from mindformers_tbplugin.registration.exit_status import STOPPED_BY_ALERT
 from mindformers_tbplugin.viewer.tensorboard_server import any_free_port
 
 pytestmark = pytest.mark.process
@@ -388,10 +389,11 @@ def _small_job(
     more_callbacks: tuple[dict, ...] = (),
     status: int = 0,
     runner_wrapper: dict | None = None,
+    entry: Path | None = None,
     **monitor_options: object,
 ) -> Job:
     """2 ranks, aggregate_every 4, rank 1 slowed; TensorBoardMonitor options (and ``runner_wrapper``
-    entries) changed; the launcher exits ``status``."""
+    entries) changed; the launcher runs ``entry`` (mftb train by default) and exits ``status``."""
     path = _config(
         tmp_path, tiny_data, num_samples=2 * steps, aggregate_every=4, data_parallel=2, extra_metric="one_data_metric"
     )
@@ -400,10 +402,8 @@ def _small_job(
     config["runner_wrapper"].update(runner_wrapper or {})
     config["callbacks"] += list(more_callbacks)
     path.write_text(yaml.safe_dump(config, sort_keys=False))
-    process = _launch(
-        path, tmp_path / "out", "--worker_num", "2", "--master_port", str(any_free_port()), MFTB_TEST_SLOW_RANK="1"
-    )
-    job = _finish(process, tmp_path / "out")
+    launch = ("--worker_num", "2", "--master_port", str(any_free_port()), *(("--entry", str(entry)) if entry else ()))
+    job = _finish(_launch(path, tmp_path / "out", *launch, MFTB_TEST_SLOW_RANK="1"), tmp_path / "out")
     assert job.returncode == status, job.stderr[-3000:] + job.worker_log(0, 0)[-3000:]
     return job
 
@@ -501,13 +501,17 @@ def test_per_layer_gradient_norms_are_the_root_mean_square_of_the_ranks_own(tmp_
         assert abs(totals[0][step] - totals[1][step]) > 1e-3 * totals[0][step], (step, totals)
 
 
-def test_an_alert_stop_stops_every_rank_at_the_same_step(tmp_path: Path, tiny_data: Path) -> None:
+@pytest.mark.parametrize("entry", [None, "run_mindformer.py"], ids=["mftb train", "run_mindformer.py"])
+def test_an_alert_stop_stops_every_rank_at_the_same_step(tmp_path: Path, tiny_data: Path, entry: str | None) -> None:
     """The writer rank's alert fires on the first averaged loss (step 1's, written at the aggregation
     of step 4); the request rides in the next aggregation (step 8), after which every rank stops: no
-    rank is left waiting."""
+    rank is left waiting. MindFormers' own run_mindformer.py exits with the same status as mftb train."""
     rule = {"rule": "threshold", "tag": "train/loss", "above": 0.0, "action": "stop"}
     alert_monitor = {"type": "AlertMonitor", "rules": [rule]}
-    job = _small_job(tmp_path, tiny_data, steps=16, more_callbacks=(alert_monitor,), status=STOPPED_BY_ALERT)
+    script = run_mindformer_script() if entry else None
+    job = _small_job(
+        tmp_path, tiny_data, steps=16, more_callbacks=(alert_monitor,), status=STOPPED_BY_ALERT, entry=script
+    )
     assert [max(mf_losses(job.worker_log(0, rank))) for rank in (0, 1)] == [8, 8]
     assert (
         "AlertMonitor: threshold: train/loss at step 1; every rank stops after the next cross-rank aggregation"
@@ -519,7 +523,7 @@ def test_an_alert_stop_stops_every_rank_at_the_same_step(tmp_path: Path, tiny_da
     # Every rank returns mftb train's alert status; only the writing rank knows the rule.
     writer_says = "stopped by AlertMonitor (threshold on train/loss at step 1) at step 8"
     said = {
-        rank: f"mftb train: {why}; exit status 3"
+        rank: f"{entry or 'mftb train'}: {why}; exit status 3"
         for rank, why in enumerate([writer_says, "stopped by AlertMonitor (an alert on rank 0) at step 8"])
     }
     for rank, line in said.items():
