@@ -69,9 +69,13 @@ class RecordingWriter:
 
     def __init__(self) -> None:
         self.calls: list[tuple[int, dict[str, float]]] = []
+        self.texts: list[tuple[int, str, str]] = []
 
     def add_scalars(self, step: int, values: dict[str, float], wall_time: float | None = None) -> None:
         self.calls.append((step, dict(values)))
+
+    def add_text(self, step: int, tag: str, text: str, wall_time: float | None = None) -> None:
+        self.texts.append((step, tag, text))
 
     def series(self, tag: str) -> list[tuple[int, float]]:
         return [(step, values[tag]) for step, values in self.calls if tag in values]
@@ -117,6 +121,7 @@ def make_job(
             tokens_per_sample=None,
             gradient_groups=options.get("gradient_groups"),  # type: ignore[arg-type]
             rank_layout=options.get("rank_layout") if topology.is_writer else None,  # type: ignore[arg-type]
+            rank_records=bool(options.get("rank_records", True)),
             **{key: value for key, value in options.items() if key.startswith(("routers", "expert_", "dead_"))},
         )
         router = MetricRouter(topology, router_options, main, rank_run, collectives)  # type: ignore[arg-type]

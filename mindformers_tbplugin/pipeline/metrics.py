@@ -49,6 +49,10 @@ PERF_JOB_TOKENS_PER_S = "perf/job_tokens_per_s"
 # Model FLOPs per second per device (MindFormers' formula), and its share of the device's peak.
 PERF_MODEL_TFLOPS = "perf/model_tflops_per_device"
 PERF_MFU = "perf/mfu"
+# Jobs on several nodes (pipeline/slow_nodes.py): the straggler's node, the nodes with every rank slow.
+RANKS_STRAGGLER_NODE = "ranks/step_time_ms_argmax_node"
+RANKS_SLOW_NODES = "ranks/slow_nodes"
+RANKS_SLOW_NODE_NAMES = "ranks/slow_node_names"  # text: which nodes, when that set changes
 SYSTEM_HOST_RSS_GB = "system/host_rss_gb"
 SYSTEM_DEVICE_MEM_ALLOCATED_GB = "system/device_mem_allocated_gb"
 SYSTEM_DEVICE_MEM_PEAK_GB = "system/device_mem_peak_gb"

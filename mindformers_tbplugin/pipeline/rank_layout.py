@@ -1,39 +1,38 @@
 """The :class:`~mindformers_tbplugin.pipeline.rank_records.RankLayout` of a job, from what every rank
-sent in the run-folder all-gather at train begin: its launcher node rank (or none) and a hash of its
-host name. numpy-free, no I/O: the callers read the environment and the host name.
+sent in the run-folder all-gather at train begin: its launcher node rank (or none) and its host name.
+numpy-free, no I/O: the callers read the environment and the host name.
 """
 
 from __future__ import annotations
 
-import zlib
+from collections import Counter
 
 from mindformers_tbplugin.pipeline.rank_records import CHANNELS, RankLayout, intervals_per_record
 
 NO_NODE_RANK = -1
 
 
-def host_hash(hostname: str) -> int:
-    """A 32-bit id of a host name: ranks with equal ids share a host."""
-    return zlib.crc32(hostname.encode("utf-8")) & 0xFFFFFFFF
-
-
-def node_indices(node_ranks: list[int], host_hashes: list[int]) -> tuple[int, ...]:
+def node_indices(node_ranks: list[int], hosts: list[str]) -> tuple[int, ...]:
     """Each rank's node: the launcher's node rank when every rank has one, else hosts numbered in the
     order of their first rank (a job started without the launcher, or by an older one)."""
     if node_ranks and all(node >= 0 for node in node_ranks):
         return tuple(node_ranks)
-    first_seen: dict[int, int] = {}
-    return tuple(first_seen.setdefault(host, len(first_seen)) for host in host_hashes)
+    first_seen: dict[str, int] = {}
+    return tuple(first_seen.setdefault(host, len(first_seen)) for host in hosts)
 
 
-def node_names(nodes: tuple[int, ...], writer_rank: int, writer_host: str) -> tuple[str, ...]:
-    """``node <i>`` for each node index; the writing rank's node also says its host name (the only
-    one it knows: the others arrive as hashes)."""
-    count = max(nodes, default=-1) + 1
-    return tuple(
-        f"node {index} ({writer_host})" if nodes and index == nodes[writer_rank] else f"node {index}"
-        for index in range(count)
-    )
+def node_names(nodes: tuple[int, ...], hosts: list[str]) -> tuple[str, ...]:
+    """One name per node index: the host name of its first rank (``host (node i)`` when two nodes share
+    one, ``node i`` for an index that holds no rank of this job, or a rank that sent no name)."""
+    host_of: dict[int, str] = {}
+    for node, host in zip(nodes, hosts, strict=True):
+        host_of.setdefault(node, host)
+    shared = {host for host, count in Counter(host_of.values()).items() if count > 1}
+    names = []
+    for index in range(max(nodes, default=-1) + 1):
+        host = host_of.get(index, "")
+        names.append(f"{host} (node {index})" if host in shared else host or f"node {index}")
+    return tuple(names)
 
 
 def worker_log_pattern(worker_logs: str | None) -> str | None:
@@ -43,14 +42,15 @@ def worker_log_pattern(worker_logs: str | None) -> str | None:
 
 
 def build_layout(
-    nodes: tuple[int, ...],
-    writer_rank: int,
-    writer_host: str,
+    node_ranks: list[int],
+    hosts: list[str],
     steps_per_interval: int,
     budget_bytes_per_step: float,
     worker_logs: str | None,
 ) -> RankLayout:
-    """The layout of a job of ``len(nodes)`` ranks, its stride chosen to keep within the budget."""
+    """The layout of a job of ``len(hosts)`` ranks, from each rank's launcher node rank and host name,
+    its stride chosen to keep within the budget."""
+    nodes = node_indices(node_ranks, hosts)
     world_size = len(nodes)
     return RankLayout(
         world_size=world_size,
@@ -58,6 +58,6 @@ def build_layout(
         steps_per_interval=steps_per_interval,
         intervals_per_record=intervals_per_record(world_size, steps_per_interval, budget_bytes_per_step),
         nodes=nodes,
-        node_names=node_names(nodes, writer_rank, writer_host),
+        node_names=node_names(nodes, hosts),
         worker_log=worker_log_pattern(worker_logs),
     )

@@ -47,6 +47,7 @@ from mindformers_tbplugin.pipeline.gradient_groups import GroupLayout
 from mindformers_tbplugin.pipeline.metrics import MetricKind, StepMetrics
 from mindformers_tbplugin.pipeline.rank_records import PLUGIN_NAME, TAG, RankLayout, RankRecorder
 from mindformers_tbplugin.pipeline.run import Run
+from mindformers_tbplugin.pipeline.slow_nodes import SlowNodeTags
 from mindformers_tbplugin.pipeline.topology import Topology
 from mindformers_tbplugin.tfevents.events import tensor_event
 from mindformers_tbplugin.tfevents.writer import RunWriter
@@ -64,7 +65,8 @@ class RouterOptions:
     samples_per_step: float | None
     tokens_per_sample: int | None
     gradient_groups: GroupLayout | None = None  # set when the wrapper returns per-parameter gradient norms
-    rank_layout: RankLayout | None = None  # set on the writing rank when per-rank records are on
+    rank_layout: RankLayout | None = None  # set on the writing rank of a multi-rank job that aggregates
+    rank_records: bool = True  # write the layout's per-rank records (``ranks/matrix``)
     routers: RouterSet | None = None  # set when the MoE routers' loads are read
     dead_expert_fraction: float = DEFAULT_DEAD_FRACTION
     expert_layout: ExpertLayout | None = None  # set on the writing rank: the moe dashboard's records
@@ -121,7 +123,9 @@ class MetricRouter:
             else None
         )
         ranks = options.rank_layout
-        recording = bool(self.collectives and main is not None and ranks and ranks.world_size == topology.world_size)
+        laid_out = bool(self.collectives and main is not None and ranks and ranks.world_size == topology.world_size)
+        recording = laid_out and options.rank_records
+        self._slow_nodes = SlowNodeTags.for_layout(ranks) if laid_out else None
         self._ranks = RankRecorder(ranks.intervals_per_record) if recording else None
         self._ranks_content = ranks.content() if recording else b""  # the first record's; then empty
         self._last_aggregated_step: int | None = None
@@ -287,6 +291,11 @@ class MetricRouter:
         for data_step, values in reduction.local_only:
             self._write_main(data_step, {LOCAL_PREFIX + tag: value for tag, value in values.items()})
         summary = {**SystemSummary.summarize(gathered, self.options.topk_ranks), **job_rates}
+        if self._slow_nodes is not None:
+            node_values, slow_text = self._slow_nodes.scalars(gathered[:, 0])
+            summary.update(node_values)
+            if slow_text:
+                self.main.add_text(step, metrics.RANKS_SLOW_NODE_NAMES, slow_text)
         if summary:
             self._write_main(step, summary)
         if self._ranks is not None:  # the system values, then each rank's mean loss (rank_records.CHANNELS)

@@ -106,7 +106,8 @@ class MonitorSession:
             samples_per_step=self.facts.samples_per_step,
             tokens_per_sample=self.facts.tokens_per_sample,
             gradient_groups=self.layer_norms.gradients if self.layer_norms else None,
-            rank_layout=layout if options.rank_records else None,
+            rank_layout=layout,
+            rank_records=options.rank_records,
             **expert_routing.router_options(
                 self.outputs.routers,
                 *(options.moe_every, options.log_every, options.aggregate_every, options.moe_record_budget),

@@ -1,6 +1,6 @@
 """TensorBoardMonitor's run folder: the one a resume continues, or a new one the writing rank names
 and creates. Every rank learns it in one all-gather at train begin, which also brings the writing rank
-every rank's node (for the per-rank records' layout) at no extra collective. And the writing rank's
+every rank's node and host name (for the per-rank records' layout) at no extra collective. And the writing rank's
 housekeeping of older runs.
 """
 
@@ -32,13 +32,32 @@ class RankHost:
     """Where one rank runs, as it tells the writing rank."""
 
     node_rank: int  # the launcher's node rank, rank_layout.NO_NODE_RANK without one
-    host_hash: int
+    host: str  # its host name, at most HOST_NAME_BYTES of UTF-8
 
     @classmethod
     def this_process(cls) -> RankHost:
         value = os.environ.get(NODE_RANK_ENV, "").strip()
         node_rank = int(value) if value.isdigit() else rank_layout.NO_NODE_RANK
-        return cls(node_rank, rank_layout.host_hash(socket.gethostname()))
+        return cls(node_rank, _fit(socket.gethostname()))
+
+
+# Host names travel in the start all-gather as 24-bit ints (3 bytes each, exact in float32's 2**24), 63
+# bytes at most: Linux's host names are 64 at most, and a longer one keeps its first 63 bytes.
+HOST_NAME_BYTES = 63
+
+
+def _fit(name: str) -> str:
+    return name.encode("utf-8")[:HOST_NAME_BYTES].decode("utf-8", errors="ignore")
+
+
+def _host_ints(name: str) -> list[int]:
+    data = _fit(name).encode("utf-8").ljust(HOST_NAME_BYTES, b"\0")
+    return [int.from_bytes(data[i : i + 3], "big") for i in range(0, HOST_NAME_BYTES, 3)]
+
+
+def _host_name(ints: list[int]) -> str:
+    data = b"".join(int(value).to_bytes(3, "big") for value in ints)
+    return data.rstrip(b"\0").decode("utf-8", errors="replace")
 
 
 def run_to_continue(
@@ -81,21 +100,22 @@ def open_run_dir(
 
 
 def _exchange(
-    collectives: Collectives | None, topology: Topology, values: list[int]
+    collectives: Collectives | None, topology: Topology, values: list[int], here: RankHost | None = None
 ) -> tuple[list[int], list[RankHost]]:
-    """The writer rank's non-negative ``values`` on every rank, and every rank's host (one
-    all-gather: each rank's row is the writer's values, zeros elsewhere, then its own host).
-    Host collectives on CPU carry float32, exact only up to 2**24: each int travels as 16-bit halves.
+    """The writer rank's non-negative ``values`` on every rank, and every rank's host (``here``: this
+    process's) in one all-gather: each rank's row is the writer's values, zeros elsewhere, then its
+    own node rank and host name. Host collectives on CPU carry float32, exact only up to 2**24: each
+    int travels as 16-bit halves (a row of 50 floats with two values: 1.6 MB gathered at 8,192 ranks).
     """
-    here = RankHost.this_process()
+    here = here or RankHost.this_process()
     if collectives is None or not topology.communicating:
         return values, [here]
-    own = [here.node_rank + 1, here.host_hash]  # + 1: the halves are of non-negative ints
+    own = [here.node_rank + 1, *_host_ints(here.host)]  # + 1: the halves are of non-negative ints
     sent = (values if topology.is_writer else [0] * len(values)) + own
     halves = np.asarray([part for value in sent for part in divmod(value, 1 << 16)], dtype=np.float32)
     rows = collectives.all_gather(halves).astype(np.int64)
     ints = rows[:, 0::2] * (1 << 16) + rows[:, 1::2]  # (world_size, len(sent))
-    hosts = [RankHost(int(node) - 1, int(host)) for node, host in ints[:, len(values) :].tolist()]
+    hosts = [RankHost(int(row[0]) - 1, _host_name(row[1:])) for row in ints[:, len(values) :].tolist()]
     return ints[topology.writer_rank, : len(values)].tolist(), hosts
 
 
@@ -105,11 +125,9 @@ def rank_layout_of(
     """The per-rank records' layout, on the writing rank of a multi-rank job that aggregates."""
     if not (topology.is_writer and aggregate_every and topology.world_size > 1 and len(hosts) == topology.world_size):
         return None
-    nodes = rank_layout.node_indices([host.node_rank for host in hosts], [host.host_hash for host in hosts])
     return rank_layout.build_layout(
-        nodes,
-        topology.writer_rank,
-        socket.gethostname(),
+        [host.node_rank for host in hosts],
+        [host.host for host in hosts],
         aggregate_every,
         budget_bytes_per_step,
         os.environ.get(WORKER_LOGS_ENV) or None,

@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 
 from mindformers_tbplugin.pipeline.rank_records import CHANNELS, PLUGIN_NAME, TAG, RankLayout
+from mindformers_tbplugin.pipeline.slow_nodes import SLOW_FACTOR, NodeGroups
 from mindformers_tbplugin.viewer.tensor_records import RecordsRun, RunCatalog, TensorRecord
 
 CHUNK_RECORDS = 256  # records per storage chunk: 16 MB at 8,192 ranks
 RELOAD_SECS = 2.0  # a run's files are read again at most this often (requests come in bursts)
 DISCOVER_SECS = 5.0  # how often the logdir is walked for new runs
-SLOW_FACTOR = 1.1  # a rank is slow in a record when its step time is above 1.1 x the record's median
 STEP_TIME = CHANNELS.index("step_time_ms")
 
 
@@ -68,8 +68,7 @@ class Tallies:
     excess: np.ndarray
     first: np.ndarray
     last: np.ndarray
-    node_order: np.ndarray  # the ranks sorted by node (stable)
-    node_starts: np.ndarray  # where each node's ranks start in node_order
+    nodes: NodeGroups
     node_whole: np.ndarray  # per node: records with all of its ranks slow
     node_first: np.ndarray
     node_last: np.ndarray
@@ -77,14 +76,11 @@ class Tallies:
     @classmethod
     def empty(cls, world_size: int, nodes: Sequence[int]) -> Tallies:
         zeros = np.zeros(world_size, np.int64)
-        node_of = np.asarray(nodes, np.int64) if len(nodes) == world_size else np.zeros(world_size, np.int64)
-        order = np.argsort(node_of, kind="stable")
-        node_count = int(node_of.max()) + 1 if world_size else 0
-        starts = np.searchsorted(node_of[order], np.arange(node_count))
-        node_zeros = np.zeros(node_count, np.int64)
+        groups = NodeGroups.of(nodes, world_size)
+        node_zeros = np.zeros(len(groups.sizes), np.int64)
         return cls(
             zeros.copy(), zeros.copy(), np.zeros(world_size), zeros - 1, zeros - 1,
-            order, starts, node_zeros.copy(), node_zeros - 1, node_zeros - 1,
+            groups, node_zeros.copy(), node_zeros - 1, node_zeros - 1,
         )  # fmt: skip
 
     def add(self, step_times: np.ndarray, medians: np.ndarray, offset: int) -> None:
@@ -99,10 +95,8 @@ class Tallies:
         slow = relative > SLOW_FACTOR
         self.slow += slow.sum(axis=0)
         self.first, self.last = _first_last(slow, offset, self.first, self.last)
-        if len(self.node_starts):
-            sizes = np.diff(np.append(self.node_starts, len(self.node_order)))
-            slow_in_node = np.add.reduceat(slow[:, self.node_order].astype(np.int32), self.node_starts, axis=1)
-            whole = (slow_in_node == sizes) & (sizes > 0)
+        if len(self.nodes.sizes):
+            whole = self.nodes.whole(slow)
             self.node_whole += whole.sum(axis=0)
             self.node_first, self.node_last = _first_last(whole, offset, self.node_first, self.node_last)
 

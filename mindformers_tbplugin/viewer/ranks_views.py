@@ -159,7 +159,7 @@ def _slow_nodes(run: RunRecords, limit: int) -> list[dict]:
     """Nodes that had every one of their ranks slow in some record (a host, not a rank), most often
     first: ``node host5: 8 of 8 ranks slow in 12 records, since step 4500``."""
     tallies, count, names = run.tallies, run.count, run.layout.node_names
-    sizes = np.diff(np.append(tallies.node_starts, len(tallies.node_order)))
+    sizes = tallies.nodes.sizes
     order = np.lexsort((np.arange(len(sizes)), -tallies.node_whole))
     nodes = []
     for node in order[tallies.node_whole[order] > 0][: max(limit, 0)].tolist():

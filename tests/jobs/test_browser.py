@@ -7,9 +7,11 @@ With MFTB_SCREENSHOTS=folder the pictures are also copied there (`make screensho
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -164,11 +166,14 @@ def test_per_rank_runs_and_the_ranks_dashboard_of_an_msrun_job(tmp_path: Path, t
             matrix = served_json(server.port, f"/data/plugin/ranks/matrix?run={run_dir.name}&channel=step_time_ms")
             rows = dict(zip(matrix["first_rank"], matrix["values"], strict=True))
             assert sum(rows[1]) > sum(rows[0]), matrix
+            assert matrix["node_names"] == [socket.gethostname()]  # gathered from the ranks at train begin
             drawn, ranks = _ranks_dashboard(driver, server.port, deadline=time.monotonic() + 90)
+            row_labels, step_ticks = _heatmap_axes(driver)
         finally:
             driver.quit()
 
     assert drawn == str(2 * 8) and ranks[0] == "1", (drawn, ranks)
+    assert row_labels == ["0", "1"] and step_ticks[0] == 4, (row_labels, step_ticks)  # records at 4, 8, ..., 32
     for run in (run_dir.name, f"{run_dir.name}/rank_0", f"{run_dir.name}/rank_1"):
         assert run in text, f"run {run} not listed on the page: {text[:2000]}"
     assert "perf/step_time_ms" in text and vertices >= 30
@@ -216,6 +221,15 @@ def _ranks_dashboard(driver: object, port: int, deadline: float) -> tuple[str, l
     return drawn, ranks
 
 
+def _heatmap_axes(driver: object) -> tuple[list[str], list[int]]:
+    """The rank labels and step ticks the heatmap drew (its canvas records them)."""
+    read = "return document.querySelector('#heatmap').dataset[arguments[0]]"
+    return json.loads(driver.execute_script(read, "rowLabels")), json.loads(driver.execute_script(read, "stepTicks"))
+
+
+RANKS_LEFT, RANKS_BOTTOM = 130, 18  # the ranks heatmap's margins: node names and rank labels; the step axis
+
+
 def test_ranks_dashboard_draws_the_heatmap_and_names_the_straggler(tmp_path: Path) -> None:
     from tb_helpers import matrices, write_ranks_run
 
@@ -245,8 +259,9 @@ def test_ranks_dashboard_draws_the_heatmap_and_names_the_straggler(tmp_path: Pat
                 time.sleep(0.3)
             # Hover the straggler's row late in the run: the tooltip names rank, node, step and value.
             canvas = driver.find_element("css selector", "#heatmap")
-            width, height = canvas.size["width"], canvas.size["height"]
-            tip = _hover(driver, canvas, 90 + (width - 90) * 50.5 / 60, height * 19.5 / 64)
+            width, height = canvas.size["width"], canvas.size["height"] - RANKS_BOTTOM
+            tip = _hover(driver, canvas, RANKS_LEFT + (width - RANKS_LEFT) * 50.5 / 60, height * 19.5 / 64)
+            row_labels, step_ticks = _heatmap_axes(driver)
             _save_page(driver, screenshot)
         finally:
             driver.quit()
@@ -256,6 +271,9 @@ def test_ranks_dashboard_draws_the_heatmap_and_names_the_straggler(tmp_path: Pat
     assert slow_nodes == ["node host6: 8 of 8 ranks slow in 10 record(s), since step 410"]
     assert log_line == "worker log: /jobs/out/msrun_log/2/worker_19.log"
     assert re.fullmatch(r"rank 19, node host2, step (\d+): 1\.3\d* x median", tip), tip
+    # 64 rows of 4 px: every third rank labelled (12 px apart); step ticks from the first record on.
+    assert row_labels == [str(rank) for rank in range(0, 64, 3)], row_labels
+    assert step_ticks[0] == 10 and len(step_ticks) >= 3 and step_ticks == sorted(step_ticks), step_ticks
     _keep_picture(screenshot)
 
 

@@ -106,7 +106,30 @@ def test_a_continued_run_is_every_ranks_folder(tmp_path: Path) -> None:
 def test_without_a_numeric_node_rank_a_rank_has_none(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv(run_folder.NODE_RANK_ENV, value)
     here = run_folder.RankHost.this_process()
-    assert here == run_folder.RankHost(rank_layout.NO_NODE_RANK, rank_layout.host_hash(socket.gethostname()))
+    assert here == run_folder.RankHost(rank_layout.NO_NODE_RANK, socket.gethostname())
+
+
+def test_every_ranks_host_name_reaches_the_writer_in_the_same_one_gather() -> None:
+    """Each rank's own node rank and host name (non-ASCII, and one longer than the 63 bytes that travel,
+    cut at a character boundary) arrive in rank order."""
+    long_name = "n" * 62 + "点"  # 65 bytes of UTF-8: the last character does not fit
+    sent = [run_folder.RankHost(0, "gpu-a01"), run_folder.RankHost(0, "节点-7"), run_folder.RankHost(1, long_name)]
+    group, received = Group(3), [None] * 3
+
+    def script(rank: int) -> Callable[[], None]:
+        def run() -> None:
+            topology = Topology(rank, 3, 1, "data_parallel", False, communicating=True)
+            collectives = FakeCollectives(group, rank)
+            values, received[rank] = run_folder._exchange(collectives, topology, [5], sent[rank])
+            assert values == [5] and collectives.calls == 1
+
+        return run
+
+    run_ranks(group, [script(rank) for rank in range(3)])
+    assert received[0] == [*sent[:2], run_folder.RankHost(1, "n" * 62)]
+    writer = Topology(0, 3, 1, "data_parallel", False, communicating=True)
+    layout = run_folder.rank_layout_of(received[0], writer, 10, 1024)
+    assert (layout.nodes, layout.node_names) == ((0, 0, 1), ("gpu-a01", "n" * 62))
 
 
 # -- housekeeping -----------------------------------------------------------------------------------

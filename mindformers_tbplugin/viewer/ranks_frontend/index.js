@@ -11,7 +11,9 @@ const CHANNEL_LABELS = {
 };
 // White -> yellow -> orange -> red -> dark red: the slow (or full) cells stand out.
 const RAMP = [[255, 255, 255], [255, 237, 160], [254, 178, 76], [240, 59, 32], [128, 0, 38]];
-const LEFT = 90; // room for node names beside the heatmap
+const LEFT = 130; // room for node names and rank labels beside the heatmap
+const RANK_LABELS = 40; // of which the rank labels' column, right-aligned against the heatmap
+const BOTTOM = 18; // room for the step axis under the heatmap
 const state = { run: null, channel: 'step_time_ms', matrix: null, rank: null };
 
 const el = (tag, props = {}, ...children) => {
@@ -50,27 +52,55 @@ function drawHeatmap(canvas, m) {
   cells.getContext('2d').putImageData(image, 0, 0);
   const width = Math.max(document.body.clientWidth - 40, 400);
   canvas.width = width;
-  canvas.height = Math.min(Math.max(m.rows * 4, 160), 520);
+  canvas.height = Math.min(Math.max(m.rows * 4, 160), 520) + BOTTOM;
   const ctx = canvas.getContext('2d');
+  const cellsHeight = canvas.height - BOTTOM;
   ctx.imageSmoothingEnabled = false;
   ctx.clearRect(0, 0, canvas.width, canvas.height);
-  ctx.drawImage(cells, LEFT, 0, width - LEFT, canvas.height);
-  // Node boundaries and names: a line where the node changes, its name where there is room.
-  const rowHeight = canvas.height / m.rows;
+  ctx.drawImage(cells, LEFT, 0, width - LEFT, cellsHeight);
   ctx.font = '11px sans-serif';
-  let lastLabel = -Infinity;
-  m.node.forEach((node, r) => {
-    if (r > 0 && node === m.node[r - 1]) return;
+  const rowHeight = cellsHeight / m.rows;
+  const rowLabels = [];
+  let lastNode = -Infinity;
+  let lastRank = -Infinity;
+  m.first_rank.forEach((first, r) => {
     const y = r * rowHeight;
-    ctx.fillStyle = '#888';
-    if (r > 0 && rowHeight >= 4) ctx.fillRect(LEFT - 6, y, canvas.width, 1); // none when rows are thin
-    ctx.fillStyle = '#333';
-    if (y - lastLabel >= 12) {
-      ctx.fillText(m.node_names[node] ?? `node ${node}`, 2, y + 11);
-      lastLabel = y;
+    // Node boundaries and names: a line where the node changes, its name where there is room.
+    if (r === 0 || m.node[r] !== m.node[r - 1]) {
+      ctx.fillStyle = '#888';
+      if (r > 0 && rowHeight >= 4) ctx.fillRect(LEFT - RANK_LABELS, y, canvas.width, 1); // none when rows are thin
+      ctx.fillStyle = '#333';
+      ctx.textAlign = 'left';
+      if (y - lastNode >= 12) {
+        ctx.fillText(m.node_names[m.node[r]] ?? `node ${m.node[r]}`, 2, y + 11, LEFT - RANK_LABELS - 6);
+        lastNode = y;
+      }
+    }
+    // Each row's rank (or block of ranks), where there is room.
+    if (y - lastRank >= 12) {
+      const label = m.rank_block > 1 ? `${first}..${first + m.rank_block - 1}` : String(first);
+      ctx.fillStyle = '#555';
+      ctx.textAlign = 'right';
+      ctx.fillText(label, LEFT - 4, y + Math.min(rowHeight, 12) - 1, RANK_LABELS - 4);
+      rowLabels.push(label);
+      lastRank = y;
     }
   });
+  // The step axis: the first step of a column every ~100 px.
+  const columnWidth = (width - LEFT) / m.columns;
+  const every = Math.max(1, Math.ceil(100 / columnWidth));
+  const stepTicks = [];
+  ctx.fillStyle = '#333';
+  ctx.textAlign = 'left';
+  for (let c = 0; c < m.columns; c += every) {
+    const x = LEFT + c * columnWidth;
+    ctx.fillRect(x, cellsHeight, 1, 4);
+    ctx.fillText(c === 0 ? `step ${m.steps[c]}` : String(m.steps[c]), x + 2, canvas.height - 3);
+    stepTicks.push(m.steps[c]);
+  }
   canvas.dataset.drawn = String(m.rows * m.columns);
+  canvas.dataset.rowLabels = JSON.stringify(rowLabels);
+  canvas.dataset.stepTicks = JSON.stringify(stepTicks);
 }
 
 function cellAt(canvas, m, event) {
@@ -79,7 +109,7 @@ function cellAt(canvas, m, event) {
   const y = event.clientY - box.top;
   if (x < 0) return null;
   const column = Math.floor((x / (canvas.width - LEFT)) * m.columns);
-  const row = Math.floor((y / canvas.height) * m.rows);
+  const row = Math.floor((y / (canvas.height - BOTTOM)) * m.rows);
   if (row < 0 || row >= m.rows || column < 0 || column >= m.columns) return null;
   return { row, column };
 }
