@@ -36,7 +36,9 @@ TARGET_SLOWDOWN = 0.01
 # Separate trainings check the +1% target only when the baseline's run-to-run spread is below this.
 RESOLVABLE_SPREAD = 3 * TARGET_SLOWDOWN
 
-_COLLECTIVES_LINE = re.compile(r"(\d+) aggregation interval\(s\), (\d+) collective\(s\) in all")
+_COLLECTIVES_LINE = re.compile(
+    r"(\d+) aggregation interval\(s\), (\d+) collective\(s\) in all; all-reduce per interval: (\d+) bytes, ([0-9.]+) ms"
+)
 _STEP_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?step:\[\s*(\d+)/\s*\d+\]", re.M)
 
 BASELINE = "MFLossMonitor only"
@@ -148,6 +150,8 @@ class VariantResult:
     run_ms: list[float] = field(default_factory=list)  # interquartile mean per run
     ratios: list[float] = field(default_factory=list)  # per round, to the round's baseline run
     collectives: set[tuple[int, int]] = field(default_factory=set)  # (aggregation intervals, collectives)
+    payloads: set[int] = field(default_factory=set)  # all-reduce bytes per interval
+    reduce_ms: list[float] = field(default_factory=list)  # all-reduce ms per interval, per run
 
     @property
     def median_ms(self) -> float:
@@ -167,8 +171,10 @@ def measure(ranks: int, variants: list[str], rounds: int, steps: int, data: Path
         for variant in order:
             times, log_text = _run_once(ranks, variant, data, samples)
             this_round[variant] = interquartile_mean(times)
-            found = _COLLECTIVES_LINE.findall(log_text)
-            results[variant].collectives.update((int(a), int(b)) for a, b in found)
+            for intervals, calls, payload, reduce_ms in _COLLECTIVES_LINE.findall(log_text):
+                results[variant].collectives.add((int(intervals), int(calls)))
+                results[variant].payloads.add(int(payload))
+                results[variant].reduce_ms.append(float(reduce_ms))
         for variant, ms in this_round.items():
             results[variant].run_ms.append(ms)
             if variant != BASELINE:
@@ -271,6 +277,13 @@ def markdown_section(quick: bool) -> tuple[str, list[str]]:
                 lines.append(
                     f"- {result.variant}: {intervals} aggregation intervals, {calls} collectives in all "
                     f"(rank 0's log): {calls / max(intervals, 1):.2f} per interval, whatever the number of metrics."
+                )
+            if result.reduce_ms:
+                payload = ", ".join(f"{size:,}" for size in sorted(result.payloads))
+                lines.append(
+                    f"  All-reduce per interval: {payload} bytes, {statistics.median(result.reduce_ms):.3f} ms "
+                    f"(median over runs, {min(result.reduce_ms):.3f}-{max(result.reduce_ms):.3f}; rank 0's "
+                    "training thread, waiting for the other rank included)."
                 )
         lines.append("")
         for result in dual:

@@ -52,10 +52,12 @@ class FakeCollectives:
         self.group, self.rank = group, rank
         self.calls = 0
         self.sizes: list[int] = []
+        self.reduced_bytes, self.reduce_seconds = 0, 0.0
 
     def all_reduce_sum(self, vector: np.ndarray) -> np.ndarray:
         self.calls += 1
         self.sizes.append(vector.size)
+        self.reduced_bytes += vector.nbytes
         inputs = self.group._exchange(self.rank, vector)
         return np.sum(np.stack(inputs), axis=0, dtype=np.float32)
 

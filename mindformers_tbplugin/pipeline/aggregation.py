@@ -26,6 +26,8 @@ class CollectiveOps(Protocol):
     them on MindSpore, tests sum simulated ranks' vectors."""
 
     calls: int
+    reduced_bytes: int  # sent in all-reduces so far
+    reduce_seconds: float  # spent in them (waiting for the other ranks included)
 
     def all_reduce_sum(self, vector: np.ndarray) -> np.ndarray: ...
 

@@ -354,10 +354,14 @@ class MetricRouter:
             # The intervals of a record not yet due; no collective needed, so after a failure too.
             self._write_rank_record(self._last_aggregated_step, self._ranks.take())
         self._finish_expert_records()
+        intervals = max(self.aggregations, 1)
         logger.info(
-            "TensorBoardMonitor: %d aggregation interval(s), %d collective(s) in all",
+            "TensorBoardMonitor: %d aggregation interval(s), %d collective(s) in all; all-reduce per interval: "
+            "%d bytes, %.3f ms",
             self.aggregations,
             self.collectives.calls,
+            round(self.collectives.reduced_bytes / intervals),
+            self.collectives.reduce_seconds * 1e3 / intervals,
         )
 
     def _finish_expert_records(self) -> None:

@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -38,7 +39,10 @@ pytestmark = pytest.mark.process
 
 LAUNCH = REPO / "scripts" / "msrun_launch.sh"
 DP2_CONFIG = REPO / "configs" / "tiny" / "llama_tiny_cpu_dp2.yaml"
-COLLECTIVES_LINE = re.compile(r"TensorBoardMonitor: (\d+) aggregation interval\(s\), (\d+) collective\(s\) in all")
+COLLECTIVES_LINE = re.compile(
+    r"TensorBoardMonitor: (\d+) aggregation interval\(s\), (\d+) collective\(s\) in all; "
+    r"all-reduce per interval: (\d+) bytes, ([0-9.]+) ms"
+)
 
 
 def _config(folder: Path, data: Path, num_samples: int, aggregate_every: int, data_parallel: int, extra_metric: str):
@@ -248,17 +252,35 @@ def test_four_ranks_on_two_nodes_route_logs_per_node_and_rank(two_node_job: Job)
     assert sorted(p.name for p in run_dir.iterdir() if p.is_dir()) == ["rank_0", "rank_1", "rank_2", "rank_3"]
     assert len([p for p in run_dir.iterdir() if p.is_file()]) == 1
     printed = [mf_losses(two_node_job.worker_log(rank // 2, rank)) for rank in range(4)]
-    for step, value in read_scalars(run_dir)["train/loss"]:
+    main = read_scalars(run_dir)
+    for step, value in main["train/loss"]:
         expected = sum(p[step][0] for p in printed) / 4
         assert abs(value - expected) <= 1e-5, (step, value, expected)
+    # The straggler's node at each aggregation (ranks 0, 1 on node 0; 2, 3 on node 1), and the count of
+    # nodes that were slow as a whole.
+    stragglers, nodes = dict(main["ranks/step_time_ms_argmax"]), dict(main["ranks/step_time_ms_argmax_node"])
+    assert sorted(nodes) == sorted(stragglers) == [2, 4] and sorted(main["ranks/slow_nodes"])[0][0] == 2
+    assert all(nodes[step] == stragglers[step] // 2 for step in nodes), (stragglers, nodes)
+    # The two nodes share this machine's host name (a network namespace keeps it): told apart by index.
+    from tensorboard.backend.event_processing.event_accumulator import TENSORS
+
+    from mindformers_tbplugin.pipeline.rank_records import RankLayout
+
+    accumulator = EventAccumulator(str(run_dir), size_guidance={TENSORS: 0})
+    accumulator.Reload()
+    layout = RankLayout.from_content(accumulator.SummaryMetadata("ranks/matrix").plugin_data.content)
+    host = socket.gethostname()
+    assert (layout.nodes, layout.node_names) == ((0, 0, 1, 1), (f"{host} (node 0)", f"{host} (node 1)"))
 
 
 def test_collectives_per_interval_do_not_grow_with_the_number_of_metrics(dp2_job: Job, two_node_job: Job) -> None:
-    counts = []
+    counts, payloads = [], []
     for job in (dp2_job, two_node_job):
-        intervals, collectives = map(int, COLLECTIVES_LINE.search(job.worker_log(0, 0)).groups())
-        counts.append((collectives - 1) / intervals)  # minus the one at start that names the run folder
+        intervals, collectives, payload, _ = COLLECTIVES_LINE.search(job.worker_log(0, 0)).groups()
+        counts.append((int(collectives) - 1) / int(intervals))  # minus the one at start that names the run folder
+        payloads.append(int(payload))
     assert counts == [1.0, 1.0]  # 1 data metric + loss, and 20 data metrics + loss
+    assert 0 < payloads[0] < payloads[1], payloads  # the one vector grows with the metrics and the ranks
     assert len(read_scalars(two_node_job.run_dir)) > len(read_scalars(dp2_job.run_dir)) + 15
 
 
@@ -583,7 +605,7 @@ def test_the_writer_records_every_ranks_step_time_and_memory_for_the_ranks_plugi
             assert abs(float(record[rank, loss]) - mean) <= 2e-3 * mean, (step, rank, record, mean)
     layout = RankLayout.from_content(metadata.content)
     assert (layout.world_size, layout.steps_per_interval, layout.intervals_per_record) == (2, 4, 1)
-    assert layout.nodes == (0, 0) and layout.node_names[0].startswith("node 0")
+    assert layout.nodes == (0, 0) and layout.node_names == (socket.gethostname(),)
     assert layout.worker_log.format(node=0, rank=1) == str(job.output / "msrun_log" / "0" / "worker_1.log")
     # Nothing else the monitor writes changes.
     plain = _small_job(tmp_path / "off", tiny_data, steps=8, rank_records=False)
