@@ -18,6 +18,7 @@ COMMANDS = (
     "mindformers_tbplugin.commands.register_path",
     "mindformers_tbplugin.commands.tensorboard",
     "mindformers_tbplugin.commands.watch",
+    "mindformers_tbplugin.commands.incident",
     "mindformers_tbplugin.commands.doctor",
 )
 

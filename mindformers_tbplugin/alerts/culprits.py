@@ -50,14 +50,18 @@ class GradientCulprits:
         """A step's written values holding group norms (after that step's alerts were described)."""
         self._recent.append(values)
 
-    def describe(self, groups: Mapping[str, float]) -> str:
-        """``layers.1 1.41 (38x its median), ...``: the top groups, non-finite ones first."""
+    def ranked(self, groups: Mapping[str, float]) -> list[tuple[str, float, float | None]]:
+        """The top groups as ``(group, norm, norm over its recent median or None)``, non-finite ones first."""
         ratios = {group: self._ratio(group, value) for group, value in groups.items()}
         ranked = sorted(groups.items(), key=lambda item: _rank(item[1], ratios[item[0]]), reverse=True)[:TOP]
-        parts = []
-        for group, value in ranked:
-            ratio = ratios[group]
-            parts.append(f"{group} {value:.4g}" + (f" ({ratio:.3g}x its median)" if ratio is not None else ""))
+        return [(group, value, ratios[group]) for group, value in ranked]
+
+    def describe(self, groups: Mapping[str, float]) -> str:
+        """``layers.1 1.41 (38x its median), ...``: the top groups, non-finite ones first."""
+        parts = [
+            f"{group} {value:.4g}" + (f" ({ratio:.3g}x its median)" if ratio is not None else "")
+            for group, value, ratio in self.ranked(groups)
+        ]
         return "largest gradient norms against their recent median: " + ", ".join(parts)
 
     def _ratio(self, group: str, value: float) -> float | None:

@@ -20,9 +20,12 @@ class Alert:
     severity: str
     action: str = "warn"
     run: str = ""
+    incident: dict[str, Any] | None = None  # AlertMonitor's: ranks, layers, checkpoint, resume (alerts/incident.py)
 
     def as_dict(self) -> dict[str, Any]:
         record = asdict(self)
+        if record["incident"] is None:  # mftb watch's alerts have none: their records stay as they were
+            del record["incident"]
         for key in ("value", "baseline"):  # JSON has no NaN/Inf: spell them as strings
             if isinstance(record[key], float) and not math.isfinite(record[key]):
                 record[key] = str(record[key])

@@ -84,6 +84,10 @@ class TensorBoardSink(Sink):
 
         log_scalars({f"alerts/{alert.rule}": 1.0}, step=alert.step, kind="model")
         log_text("alerts/messages", f"[{alert.severity}] {alert.rule} {alert.tag}: {alert.message}", step=alert.step)
+        if alert.incident is not None:
+            from mindformers_tbplugin.alerts.incident import INCIDENT_TAG, markdown
+
+            log_text(INCIDENT_TAG, markdown(alert), step=alert.step)
 
 
 class BackgroundSink(Sink):

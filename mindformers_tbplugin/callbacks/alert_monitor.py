@@ -8,8 +8,10 @@ from typing import Any
 from mindformers_tbplugin.alerts import culprits
 from mindformers_tbplugin.alerts.engine import DEFAULT_RULES, AlertEngine, build_rules, parse_rules
 from mindformers_tbplugin.alerts.expert_culprits import ExpertCulprits
+from mindformers_tbplugin.alerts.incident import IncidentRecorder
 from mindformers_tbplugin.alerts.record import Alert
 from mindformers_tbplugin.alerts.sinks import Dispatcher, build_sinks, parse_sinks
+from mindformers_tbplugin.framework.checkpoints import checkpoint_folders
 from mindformers_tbplugin.framework.layer_norms import wrapper_computes_local_norms
 from mindformers_tbplugin.framework.trainers import MonitorCallback, TrainStart
 from mindformers_tbplugin.log import logger
@@ -33,7 +35,9 @@ class AlertMonitor(MonitorCallback):
     ``stopped by AlertMonitor (<rule> on <tag>) at step N`` and ``mftb train`` exits with status 3.
     With per-layer gradient norms (``runner_wrapper.local_norm``), an alert on a gradient norm names
     the three groups that stand out most against their own recent median; an alert on a ``moe/`` tag
-    of a mixture-of-experts model names the MoE layer and its busiest and idle experts.
+    of a mixture-of-experts model names the MoE layer and its busiest and idle experts. Every alert
+    carries an incident: the ranks' losses at its step, the layers, the last checkpoint before it and
+    the lines that resume past it (alerts/incident.py).
 
     Args:
         rules: Alert rules, e.g. ``[{rule: nonfinite, action: stop}, {rule: spike, tag: train/loss, k: 6}]``;
@@ -64,6 +68,7 @@ class AlertMonitor(MonitorCallback):
         self._held: list[Alert] = []  # gradient alerts whose step's group norms are not written yet
         self.fired: list[Alert] = []
         self._run = Run()  # the training's, from train begin
+        self._incidents = IncidentRecorder(self._run, self._culprits, [], None)
 
     @classmethod
     def check_cross_fields(cls, arguments: Mapping[str, Any]) -> list[Problem]:
@@ -107,6 +112,8 @@ class AlertMonitor(MonitorCallback):
         self._steps_seen = 0
         self._groups_expected = wrapper_computes_local_norms(start.train_network)
         self._run = training_run(start.training)
+        folders = checkpoint_folders(start.eval_callbacks)
+        self._incidents = IncidentRecorder(self._run, self._culprits, folders, start.steps_per_epoch)
         self._run.subscribe(self._on_values)
         self._run.subscribe_expert_loads(self._experts.remember)
 
@@ -117,6 +124,7 @@ class AlertMonitor(MonitorCallback):
     def _on_values(self, step: int, values: dict[str, float]) -> None:
         """Bus listener, on the training thread: rule updates only; sinks do their work off-thread."""
         self._steps_seen += 1
+        self._incidents.remember(step, values)
         if self._unwritten:  # empty after the first steps: nothing to do on the hot path
             self._unwritten.difference_update(values.keys())
         if not self._engine.run:  # TensorBoardMonitor names its run at its own train begin
@@ -148,7 +156,7 @@ class AlertMonitor(MonitorCallback):
         return ready
 
     def _report(self, step: int, alerts: list[Alert]) -> None:
-        for alert in alerts:
+        for alert in map(self._incidents.attach, alerts):
             self.fired.append(alert)
             self._dispatcher.dispatch(alert)
             if alert.action == "stop" and self._request_stop is not None:
@@ -183,7 +191,7 @@ class AlertMonitor(MonitorCallback):
             return
         self._run.unsubscribe(self._on_values)
         self._run.unsubscribe_expert_loads(self._experts.remember)
-        for alert in self._held:  # their steps' group norms never came; training is over: no stop
+        for alert in map(self._incidents.attach, self._held):  # their group norms never came; no stop now
             self.fired.append(alert)
             self._dispatcher.dispatch(alert)
         self._held = []

@@ -52,6 +52,7 @@ class TrainStart:
     hook_args: Mapping[str, Any]  # what ``extra_metrics`` functions receive
     request_stop: Callable[[], None]  # end training after the current step
     training: Any = None  # the training's identity: the object every callback of it is handed
+    steps_per_epoch: int | None = None  # classic: MindSpore's batch_num (checkpoint names count in epochs)
 
 
 class StepEnd:
@@ -207,6 +208,7 @@ def _classic_start(run_context: Any) -> TrainStart:
         hook_args=cb_params,
         request_stop=run_context.request_stop,
         training=cb_params,
+        steps_per_epoch=steps_per_epoch if isinstance(steps_per_epoch, int) else None,
     )
 
 

@@ -129,6 +129,7 @@ class DataAggregator:
 class LossesByRank:
     highest: list[tuple[int, dict[str, float]]]  # (step, {train/loss_max, train/loss_max_rank})
     interval_means: np.ndarray  # (world_size,) each rank's mean loss over the interval, NaN: none
+    by_step: list[tuple[int, np.ndarray]]  # (step, each rank's loss at it: (world_size,), -inf: none)
 
 
 class LossAggregator:
@@ -183,7 +184,9 @@ class LossAggregator:
         counts = sent.sum(axis=0)
         totals = np.where(sent, worst, 0.0).sum(axis=0)
         means = np.where(counts > 0, totals / np.maximum(counts, 1), np.nan)
-        return LossesByRank(highest, means.astype(np.float32))
+        rows = np.where(sent, losses, -np.inf)
+        by_step = [(step, rows[row]) for row, (step, _) in enumerate(pending)]
+        return LossesByRank(highest, means.astype(np.float32), by_step)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -266,6 +266,7 @@ class MetricRouter:
             values = self._experts.written(load_step, relative, bias, self.main)
             combined.setdefault(load_step, {}).update(values)
         by_rank = self._losses.unpack(reduced[losses_start:-1])
+        self.run.keep_rank_losses(by_rank.by_step)  # before the values of their steps reach the alert rules
         for loss_step, values in by_rank.highest:
             combined.setdefault(loss_step, {}).update(values)
         if self.main is None:

@@ -17,6 +17,7 @@ is removed with a warning.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -26,6 +27,7 @@ from mindformers_tbplugin.log import logger
 from mindformers_tbplugin.pipeline.metrics import MetricKind
 
 Listener = Callable[[int, dict[str, float]], None]
+RANK_LOSS_STEPS = 64  # logged steps whose per-rank losses an alert's incident can look back on
 # (step, each expert's load over its layer's mean (layers x experts), the LoadStatistics that named them)
 ExpertLoadListener = Callable[[int, Any, Any], None]
 
@@ -103,6 +105,7 @@ class Run:
         self.stop = JobStop()
         self._listeners: list[Listener] = []
         self._expert_load_listeners: list[ExpertLoadListener] = []
+        self._rank_losses: deque[tuple[int, Any]] = deque(maxlen=RANK_LOSS_STEPS)
 
     # -- the values written to the main run ---------------------------------------------------------
     def subscribe(self, listener: Listener) -> None:
@@ -116,6 +119,14 @@ class Run:
     def publish(self, step: int, values: dict[str, float]) -> None:
         """Hand one step's written values to every listener. ``values`` must not be mutated."""
         _call_each(self._listeners, step, values)
+
+    # -- each data-parallel rank's loss at a step (the aggregation's), for incidents ---------------------
+    def keep_rank_losses(self, by_step: list[tuple[int, Any]]) -> None:
+        """``(step, array of each rank's train/loss, -inf: none)`` of the last aggregation (references)."""
+        self._rank_losses.extend(by_step)
+
+    def rank_losses_at(self, step: int) -> Any | None:
+        return next((losses for kept, losses in reversed(self._rank_losses) if kept == step), None)
 
     def subscribe_expert_loads(self, listener: ExpertLoadListener) -> None:
         if listener not in self._expert_load_listeners:

@@ -193,3 +193,17 @@ def _dims(buf: bytes, i: int, end: int) -> list[int]:
         else:
             i = skip_field(buf, i, key)
     return dims
+
+
+def tensor_strings(tensor: bytes) -> list[bytes]:
+    """The ``string_val`` entries of a raw TensorProto (a text summary's)."""
+    strings, i, end = [], 0, len(tensor)
+    while i < end:
+        key, i = read_key(tensor, i)
+        if key == 0x42:  # string_val
+            length, i = read_varint(tensor, i)
+            strings.append(tensor[i : i + length])
+            i += length
+        else:
+            i = skip_field(tensor, i, key)
+    return strings

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import (
     MFTB,
     TrainingRun,
@@ -50,7 +51,7 @@ def diverging_config(folder: Path, tiny_data: Path, steps: int = STEPS) -> Path:
             "type": "CheckpointMonitor",
             "prefix": "tiny",
             "directory": str(folder / "ckpt"),
-            "save_checkpoint_steps": 1000,
+            "save_checkpoint_steps": 1,  # after step 1 too: the incident's checkpoint before the bad step
         },
     ]
     config = write_tiny_config(
@@ -148,8 +149,40 @@ def test_logs_and_checkpoint_are_closed_normally(diverged_run: TrainingRun) -> N
     (message,) = accumulator.Tensors("alerts/messages")
     assert message.step == 2
     assert b"nonfinite train/loss: train/loss is nan at step 2" in message.tensor_proto.string_val[0]
-    checkpoints = list((diverged_run.folder / "ckpt").rglob("*.ckpt"))
-    assert [path.name for path in checkpoints] == ["tiny_rank_0-1_2.ckpt"]  # saved at the stop, step 2
+    checkpoints = sorted(path.name for path in (diverged_run.folder / "ckpt").rglob("*.ckpt"))
+    assert checkpoints == ["tiny_rank_0-1_1.ckpt", "tiny_rank_0-1_2.ckpt"]  # the last at the stop, step 2
+
+
+def test_the_alert_carries_its_incident_with_a_resume_that_validates(diverged_run: TrainingRun) -> None:
+    """The jsonl record's incident: this rank's NaN loss, the checkpoint saved after step 1 (before the bad
+    step 2), the resume lines; applied to the config, `mftb validate` accepts them; `mftb incident` prints it."""
+    (record,) = [json.loads(line) for line in (diverged_run.folder / "alerts.jsonl").read_text().splitlines()]
+    incident = record["incident"]
+    folder = diverged_run.folder / "ckpt" / "checkpoint"
+    assert incident["ranks"] == [{"rank": 0, "value": "nan"}] and incident["step"] == 2
+    assert incident["checkpoint"] == {"step": 1, "path": str(folder / "rank_0" / "tiny_rank_0-1_1.ckpt")}
+    assert incident["resume"] == [
+        f"load_checkpoint: '{folder}'",
+        "resume_training: 'tiny_rank_0-1_1.ckpt'",
+        "ignore_data_skip: False",
+        "data_skip_steps: 2",
+    ]
+    assert incident["lr"] == pytest.approx(DIVERGING_LR, rel=1e-6) and incident["loss_scale"] == 1.0
+    assert incident["samples"] is None and "not computed" in incident["samples_unknown"]
+    config = yaml.safe_load((diverged_run.folder / "tiny.yaml").read_text())
+    config.update(yaml.safe_load("\n".join(incident["resume"])))
+    resumed = diverged_run.folder / "resume.yaml"
+    resumed.write_text(yaml.safe_dump(config, sort_keys=False))
+    validate = subprocess.run([MFTB, "validate", str(resumed)], env=subprocess_env(), capture_output=True, text=True)
+    assert validate.returncode == 0, validate.stdout + validate.stderr
+    printed = subprocess.run([MFTB, "incident", str(diverged_run.log_root)], capture_output=True, text=True)
+    assert printed.returncode == 0, printed.stderr
+    assert f"## {diverged_run.run_dir.name}, step 2" in printed.stdout
+    assert "**nonfinite** on `train/loss` at step 2 (critical)" in printed.stdout
+    assert "- ranks by `train/loss`, highest first: rank 0 nan" in printed.stdout
+    assert "data_skip_steps: 2" in printed.stdout
+    none = subprocess.run([MFTB, "incident", str(diverged_run.log_root), "--step", "1"], capture_output=True, text=True)
+    assert none.returncode == 2 and "no incident at step 1" in none.stderr
 
 
 def test_watch_once_over_our_runs(diverged_run: TrainingRun, tiny_run: TrainingRun) -> None:

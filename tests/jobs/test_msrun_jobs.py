@@ -532,7 +532,8 @@ def test_an_alert_stop_stops_every_rank_at_the_same_step(tmp_path: Path, tiny_da
     of step 4); the request rides in the next aggregation (step 8), after which every rank stops: no
     rank is left waiting. MindFormers' own run_mindformer.py exits with the same status as mftb train."""
     rule = {"rule": "threshold", "tag": "train/loss", "above": 0.0, "action": "stop"}
-    alert_monitor = {"type": "AlertMonitor", "rules": [rule]}
+    jsonl = tmp_path / "alerts.jsonl"
+    alert_monitor = {"type": "AlertMonitor", "rules": [rule], "sinks": ["log", "tensorboard", {"jsonl": str(jsonl)}]}
     script = run_mindformer_script() if entry else None
     job = _small_job(
         tmp_path, tiny_data, steps=16, more_callbacks=(alert_monitor,), status=STOPPED_BY_ALERT, entry=script
@@ -564,6 +565,14 @@ def test_an_alert_stop_stops_every_rank_at_the_same_step(tmp_path: Path, tiny_da
     accumulator.Reload()
     (status,) = accumulator.Tensors("meta/status")
     assert status.tensor_proto.string_val[0].decode() == writer_says
+    # The incident names both ranks by their loss at step 1, highest first, as their logs printed it.
+    (record,) = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    printed = {rank: mf_losses(job.worker_log(0, rank))[1] for rank in (0, 1)}
+    ranks = record["incident"]["ranks"]
+    assert [entry["rank"] for entry in ranks] == sorted(printed, key=lambda rank: -printed[rank][0])
+    for entry in ranks:
+        assert abs(entry["value"] - printed[entry["rank"]][0]) <= 1e-5, (ranks, printed)
+    assert record["incident"]["lr"] == pytest.approx(printed[0][1], rel=1e-4)
 
 
 def test_without_aggregation_an_alert_stop_is_refused_rather_than_stopping_one_rank(

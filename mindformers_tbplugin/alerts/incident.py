@@ -1,0 +1,154 @@
+"""An alert's incident: which ranks, which layers, the step's optimizer state, and how to resume past it.
+
+Every alert AlertMonitor reports carries one (``Alert.incident``, in the JSON of the jsonl and webhook
+sinks, and as Markdown under ``alerts/incident`` in the Text tab):
+
+* ``ranks``: each data-parallel rank's ``train/loss`` at the alert's step, highest first (the top
+  TOP_RANKS), from the cross-rank all-reduce that already carries them; a single process: its own;
+* ``layers``: the gradient groups that stand out most against their recent median at that step
+  (per-layer gradient norms on), as the gradient alerts' messages name them;
+* ``samples``: null, with ``samples_unknown`` saying why (the dataset rows a rank read at a step are not
+  computed yet);
+* ``checkpoint``: the last checkpoint saved before the step, and ``resume``: the YAML lines that resume
+  from it and skip the data up to and including the alert's step (MindFormers' ``data_skip_steps``);
+* ``lr``, ``grad_norm``, ``loss_scale`` written at that step (null when not written).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from mindformers_tbplugin.alerts.culprits import GradientCulprits, gradient_groups
+from mindformers_tbplugin.alerts.record import Alert
+from mindformers_tbplugin.framework.checkpoints import SavedCheckpoint, last_saved_before
+from mindformers_tbplugin.log import WarnOnce
+from mindformers_tbplugin.pipeline import metrics
+from mindformers_tbplugin.pipeline.run import Run
+
+TOP_RANKS = 8
+KEPT_STEPS = 64  # logged steps whose written values an incident can look back on
+SAMPLES_UNKNOWN = (
+    "the dataset rows each rank read at a step are not computed by this version; the ranks' logs and "
+    "data_skip_steps in the resume lines locate the batch by its step"
+)
+INCIDENT_TAG = "alerts/incident"  # text: the incident as Markdown
+
+
+class IncidentRecorder:
+    """The values written at recent steps, merged per step (a multi-rank job writes a step's model values
+    at once and its data values at the next aggregation), and the incident of an alert."""
+
+    def __init__(
+        self, run: Run, culprits: GradientCulprits, checkpoint_folders: list[Path], steps_per_epoch: int | None
+    ) -> None:
+        self._run = run
+        self._culprits = culprits
+        self._folders = checkpoint_folders
+        self._steps_per_epoch = steps_per_epoch
+        self._written: OrderedDict[int, dict[str, float]] = OrderedDict()
+        self._warn_once = WarnOnce()
+
+    def remember(self, step: int, values: Mapping[str, float]) -> None:
+        """On the training thread, every written step: a dict merge."""
+        kept = self._written.get(step)
+        if kept is None:
+            kept = self._written[step] = {}
+            if len(self._written) > KEPT_STEPS:
+                self._written.popitem(last=False)
+        kept.update(values)
+
+    def attach(self, alert: Alert) -> Alert:
+        """The alert with its incident; unchanged (one warning) if building it failed: alerting goes on."""
+        try:
+            return replace(alert, incident=self.incident(alert))
+        except Exception as exc:  # an unreadable checkpoint folder, an unexpected value
+            self._warn_once("incident", f"AlertMonitor: no incident for {alert.rule} at step {alert.step}: {exc!r}")
+            return alert
+
+    def incident(self, alert: Alert) -> dict[str, Any]:
+        written = self._written.get(alert.step, {})
+        saved = last_saved_before(self._folders, alert.step, self._steps_per_epoch)
+        return {
+            "step": alert.step,
+            "ranks": self._ranks(alert.step, written),
+            "ranks_tag": metrics.TRAIN_LOSS,
+            "layers": self._layers(written),
+            "samples": None,
+            "samples_unknown": SAMPLES_UNKNOWN,
+            "checkpoint": None if saved is None else {"step": saved.step, "path": str(saved.path)},
+            "resume": None if saved is None else resume_lines(saved, alert.step),
+            "lr": _number(written.get(metrics.TRAIN_LR)),
+            "grad_norm": _number(written.get(metrics.TRAIN_GRAD_NORM)),
+            "loss_scale": _number(written.get(metrics.TRAIN_LOSS_SCALE)),
+        }
+
+    def _ranks(self, step: int, written: Mapping[str, float]) -> list[dict[str, Any]]:
+        losses = self._run.rank_losses_at(step)
+        if losses is None:  # a single process (or no aggregation): the written loss is this rank's
+            loss = written.get(metrics.TRAIN_LOSS)
+            return [] if loss is None else [{"rank": 0, "value": _number(loss)}]
+        held = [(rank, value) for rank, value in enumerate(losses.tolist()) if value != -math.inf]  # -inf: none
+        held.sort(key=lambda item: math.inf if math.isnan(item[1]) else item[1], reverse=True)
+        return [{"rank": rank, "value": _number(value)} for rank, value in held[:TOP_RANKS]]
+
+    def _layers(self, written: Mapping[str, float]) -> list[dict[str, Any]]:
+        groups = gradient_groups(written)
+        return [
+            {"group": group, "grad_norm": _number(value), "times_median": None if ratio is None else round(ratio, 4)}
+            for group, value, ratio in self._culprits.ranked(groups)
+        ]
+
+
+def resume_lines(saved: SavedCheckpoint, step: int) -> list[str]:
+    """MindFormers' YAML to resume from ``saved`` and read the data from the step after ``step`` on."""
+    return [
+        f"load_checkpoint: '{saved.load_folder}'",
+        f"resume_training: '{saved.path.name}'",
+        "ignore_data_skip: False",
+        f"data_skip_steps: {step}",
+    ]
+
+
+def markdown(alert: Alert) -> str:
+    """The incident as Markdown, for the Text tab and ``mftb incident``."""
+    incident = alert.incident or {}
+    lines = [f"**{alert.rule}** on `{alert.tag}` at step {alert.step} ({alert.severity}): {alert.message}", ""]
+    ranks = incident.get("ranks") or []
+    if ranks:
+        shown = ", ".join(f"rank {entry['rank']} {_text(entry['value'])}" for entry in ranks)
+        lines.append(f"- ranks by `{incident.get('ranks_tag')}`, highest first: {shown}")
+    layers = incident.get("layers") or []
+    if layers:
+        shown = ", ".join(
+            f"{entry['group']} {_text(entry['grad_norm'])}"
+            + ("" if entry["times_median"] is None else f" ({entry['times_median']:.3g}x its median)")
+            for entry in layers
+        )
+        lines.append(f"- layers: {shown}")
+    state = ", ".join(f"{key} {_text(incident.get(key))}" for key in ("lr", "grad_norm", "loss_scale"))
+    lines.append(f"- at that step: {state}")
+    lines.append(f"- samples: {incident.get('samples_unknown') or incident.get('samples')}")
+    checkpoint = incident.get("checkpoint")
+    if checkpoint:
+        lines.append(f"- last checkpoint before it: `{checkpoint['path']}` (step {checkpoint['step']})")
+        lines += ["- to resume from it past this step's batch, set:", "", "```yaml", *incident["resume"], "```"]
+    else:
+        lines.append("- last checkpoint before it: none saved")
+    return "\n".join(lines)
+
+
+def _number(value: Any) -> float | str | None:
+    """JSON has no NaN or infinity: those are spelled as strings (as Alert.as_dict does)."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else str(value)
+
+
+def _text(value: Any) -> str:
+    return "n/a" if value is None else f"{value:.6g}" if isinstance(value, float) else str(value)
