@@ -7,8 +7,9 @@ sinks, and as Markdown under ``alerts/incident`` in the Text tab):
   TOP_RANKS), from the cross-rank all-reduce that already carries them; a single process: its own;
 * ``layers``: the gradient groups that stand out most against their recent median at that step
   (per-layer gradient norms on), as the gradient alerts' messages name them;
-* ``samples``: null, with ``samples_unknown`` saying why (the dataset rows a rank read at a step are not
-  computed yet);
+* ``samples``: ``[{rank, indices}]``, the dataset rows each of those ranks read at that step, from
+  MindFormers' and MindSpore's sharding of an unshuffled MindDataset (framework/data_rows.py); null
+  with ``samples_unknown`` saying why when the order cannot be known (a shuffled dataset, ...);
 * ``checkpoint``: the last checkpoint saved before the step, and ``resume``: the YAML lines that resume
   from it and skip the data up to and including the alert's step (MindFormers' ``data_skip_steps``);
 * ``lr``, ``grad_norm``, ``loss_scale`` written at that step (null when not written).
@@ -26,16 +27,13 @@ from typing import Any
 from mindformers_tbplugin.alerts.culprits import GradientCulprits, gradient_groups
 from mindformers_tbplugin.alerts.record import Alert
 from mindformers_tbplugin.framework.checkpoints import SavedCheckpoint, last_saved_before
+from mindformers_tbplugin.framework.data_rows import DataOrder
 from mindformers_tbplugin.log import WarnOnce
 from mindformers_tbplugin.pipeline import metrics
 from mindformers_tbplugin.pipeline.run import Run
 
 TOP_RANKS = 8
 KEPT_STEPS = 64  # logged steps whose written values an incident can look back on
-SAMPLES_UNKNOWN = (
-    "the dataset rows each rank read at a step are not computed by this version; the ranks' logs and "
-    "data_skip_steps in the resume lines locate the batch by its step"
-)
 INCIDENT_TAG = "alerts/incident"  # text: the incident as Markdown
 
 
@@ -44,9 +42,15 @@ class IncidentRecorder:
     at once and its data values at the next aggregation), and the incident of an alert."""
 
     def __init__(
-        self, run: Run, culprits: GradientCulprits, checkpoint_folders: list[Path], steps_per_epoch: int | None
+        self,
+        run: Run,
+        culprits: GradientCulprits,
+        checkpoint_folders: list[Path],
+        steps_per_epoch: int | None,
+        data: DataOrder | None = None,
     ) -> None:
         self._run = run
+        self._data = data or DataOrder("the training's data order is not known")
         self._culprits = culprits
         self._folders = checkpoint_folders
         self._steps_per_epoch = steps_per_epoch
@@ -73,13 +77,15 @@ class IncidentRecorder:
     def incident(self, alert: Alert) -> dict[str, Any]:
         written = self._written.get(alert.step, {})
         saved = last_saved_before(self._folders, alert.step, self._steps_per_epoch)
+        ranks = self._ranks(alert.step, written)
+        samples = self._samples(alert.step, [entry["rank"] for entry in ranks])
         return {
             "step": alert.step,
-            "ranks": self._ranks(alert.step, written),
+            "ranks": ranks,
             "ranks_tag": metrics.TRAIN_LOSS,
             "layers": self._layers(written),
-            "samples": None,
-            "samples_unknown": SAMPLES_UNKNOWN,
+            "samples": samples,
+            "samples_unknown": None if samples is not None else self._data.unknown or "no rank to name",
             "checkpoint": None if saved is None else {"step": saved.step, "path": str(saved.path)},
             "resume": None if saved is None else resume_lines(saved, alert.step),
             "lr": _number(written.get(metrics.TRAIN_LR)),
@@ -95,6 +101,10 @@ class IncidentRecorder:
         held = [(rank, value) for rank, value in enumerate(losses.tolist()) if value != -math.inf]  # -inf: none
         held.sort(key=lambda item: math.inf if math.isnan(item[1]) else item[1], reverse=True)
         return [{"rank": rank, "value": _number(value)} for rank, value in held[:TOP_RANKS]]
+
+    def _samples(self, step: int, ranks: list[int]) -> list[dict[str, Any]] | None:
+        found = [{"rank": rank, "indices": self._data.rows(rank, step)} for rank in ranks]
+        return found if found and all(entry["indices"] is not None for entry in found) else None
 
     def _layers(self, written: Mapping[str, float]) -> list[dict[str, Any]]:
         groups = gradient_groups(written)
@@ -132,7 +142,12 @@ def markdown(alert: Alert) -> str:
         lines.append(f"- layers: {shown}")
     state = ", ".join(f"{key} {_text(incident.get(key))}" for key in ("lr", "grad_norm", "loss_scale"))
     lines.append(f"- at that step: {state}")
-    lines.append(f"- samples: {incident.get('samples_unknown') or incident.get('samples')}")
+    samples = incident.get("samples")
+    if samples:
+        shown = "; ".join(f"rank {entry['rank']}: {', '.join(map(str, entry['indices']))}" for entry in samples)
+        lines.append(f"- dataset rows read at that step: {shown}")
+    else:
+        lines.append(f"- dataset rows: not known ({incident.get('samples_unknown')})")
     checkpoint = incident.get("checkpoint")
     if checkpoint:
         lines.append(f"- last checkpoint before it: `{checkpoint['path']}` (step {checkpoint['step']})")

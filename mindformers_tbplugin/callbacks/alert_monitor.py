@@ -12,6 +12,7 @@ from mindformers_tbplugin.alerts.incident import IncidentRecorder
 from mindformers_tbplugin.alerts.record import Alert
 from mindformers_tbplugin.alerts.sinks import Dispatcher, build_sinks, parse_sinks
 from mindformers_tbplugin.framework.checkpoints import checkpoint_folders
+from mindformers_tbplugin.framework.data_rows import data_order_of
 from mindformers_tbplugin.framework.layer_norms import wrapper_computes_local_norms
 from mindformers_tbplugin.framework.trainers import MonitorCallback, TrainStart
 from mindformers_tbplugin.log import logger
@@ -113,7 +114,8 @@ class AlertMonitor(MonitorCallback):
         self._groups_expected = wrapper_computes_local_norms(start.train_network)
         self._run = training_run(start.training)
         folders = checkpoint_folders(start.eval_callbacks)
-        self._incidents = IncidentRecorder(self._run, self._culprits, folders, start.steps_per_epoch)
+        order = data_order_of(start)
+        self._incidents = IncidentRecorder(self._run, self._culprits, folders, start.steps_per_epoch, order)
         self._run.subscribe(self._on_values)
         self._run.subscribe_expert_loads(self._experts.remember)
 

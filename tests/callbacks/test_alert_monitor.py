@@ -168,7 +168,8 @@ def test_the_alert_carries_its_incident_with_a_resume_that_validates(diverged_ru
         "data_skip_steps: 2",
     ]
     assert incident["lr"] == pytest.approx(DIVERGING_LR, rel=1e-6) and incident["loss_scale"] == 1.0
-    assert incident["samples"] is None and "not computed" in incident["samples_unknown"]
+    # Unshuffled, one process, batch 2: step 2 read rows 2 and 3.
+    assert incident["samples"] == [{"rank": 0, "indices": [2, 3]}] and incident["samples_unknown"] is None
     config = yaml.safe_load((diverged_run.folder / "tiny.yaml").read_text())
     config.update(yaml.safe_load("\n".join(incident["resume"])))
     resumed = diverged_run.folder / "resume.yaml"

@@ -194,10 +194,12 @@ def test_deepseek3_hparams_name_its_layers_experts_and_mtp(deepseek3: tuple[Path
     assert values["router"] == "sigmoid + expert bias, seq_aux_loss"
 
 
-def test_a_healthy_deepseek3_run_raises_no_routing_alert(deepseek3: tuple[Path, str]) -> None:
+def test_a_healthy_deepseek3_run_raises_no_routing_alert_and_writes_no_incident(deepseek3: tuple[Path, str]) -> None:
     folder, output = deepseek3
     assert "expert_collapse" in output  # the default rules watch the routing ...
     assert not (folder / "alerts.jsonl").exists()  # ... and stay quiet on a healthy run
+    printed = subprocess.run([MFTB, "incident", str(folder / "tb")], capture_output=True, text=True)
+    assert printed.returncode == 2 and "no incident under" in printed.stderr  # the demo's config: no incident
 
 
 def test_mflossmonitor_prints_the_same_losses_without_the_monitor(

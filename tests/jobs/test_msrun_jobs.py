@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from conftest import (
@@ -627,3 +628,78 @@ def test_the_writer_records_every_ranks_step_time_and_memory_for_the_ranks_plugi
         tag: plugin for tag, plugin in plugins.items() if tag != TAG
     }
     assert set(read_scalars(plain.run_dir)) == set(read_scalars(job.run_dir))
+
+
+# -- an incident on a real job: a bad batch planted on one rank ------------------------------------------
+BAD_STEP, BAD_RANK, JOB_STEPS = 12, 1, 16
+
+
+def _rows_read_back(path: Path, shards: int, shard: int, step: int, batch: int = 2) -> list[int]:
+    """The rows MindSpore's MindDataset gives ``shard`` at ``step`` (unshuffled, as MindFormers reads it),
+    found with an index-holding stand-in of the same length: independent of the plugin's own reckoning."""
+    import mindspore.dataset as ds
+    from mindspore.mindrecord import FileWriter
+
+    rows = JOB_STEPS * batch * shards
+    writer = FileWriter(str(path), shard_num=1, overwrite=True)
+    writer.add_schema({"input_ids": {"type": "int32", "shape": [-1]}}, "indexed")
+    writer.write_raw_data([{"input_ids": np.full(4, index, np.int32)} for index in range(rows)])
+    writer.commit()
+    dataset = ds.MindDataset(str(path), columns_list=["input_ids"], shuffle=False, num_shards=shards, shard_id=shard)
+    batches = dataset.batch(batch, drop_remainder=True).create_dict_iterator(output_numpy=True)
+    return [int(row[0]) for row in list(batches)[step - 1]["input_ids"]]
+
+
+def test_a_bad_batch_on_one_rank_is_named_by_its_incident(tmp_path: Path) -> None:
+    """Every row is one token repeated (learnt within a few steps) except the two rows rank 1 reads at step
+    12, which are random tokens: its loss jumps, the averaged loss spikes, and the alert's incident names
+    rank 1 first with its printed loss, those two rows, the layers, and a resume that validates."""
+    from mindspore.mindrecord import FileWriter
+
+    planted = _rows_read_back(tmp_path / "indexed.mindrecord", 2, BAD_RANK, BAD_STEP)
+    rows = np.full((JOB_STEPS * 2 * 2, 33), 7, np.int32)
+    rows[planted] = np.random.default_rng(0).integers(0, 256, size=(len(planted), 33))
+    data = tmp_path / "planted.mindrecord"
+    writer = FileWriter(str(data), shard_num=1, overwrite=True)
+    writer.add_schema({"input_ids": {"type": "int32", "shape": [-1]}}, "planted")
+    writer.write_raw_data([{"input_ids": row} for row in rows])
+    writer.commit()
+    config = yaml.safe_load(DP2_CONFIG.read_text())
+    config["train_dataset"]["data_loader"]["dataset_dir"] = str(data)
+    config["train_dataset_task"]["dataset_config"] = config["train_dataset"]
+    config["runner_wrapper"]["local_norm"] = True
+    # A constant learning rate high enough that the repeated token is learnt long before the bad step.
+    config["lr_schedule"] = {"type": "ConstantWarmUpLR", "learning_rate": 0.01, "warmup_steps": 0, "total_steps": -1}
+    jsonl = tmp_path / "alerts.jsonl"
+    spike = {"rule": "spike", "tag": "train/loss", "k": 6, "window": 5, "min_points": 5}  # the loss falls fast
+    config["callbacks"] = [
+        {"type": "MFLossMonitor"},
+        {"type": "TensorBoardMonitor", "experiment": "planted", "aggregate_every": 4},
+        {"type": "AlertMonitor", "rules": [spike], "sinks": ["log", "tensorboard", {"jsonl": str(jsonl)}]},
+        {"type": "CheckpointMonitor", "prefix": "tiny", "save_checkpoint_steps": 4},
+    ]
+    path = tmp_path / "planted.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    job = _finish(
+        _launch(path, tmp_path / "out", "--worker_num", "2", "--master_port", str(any_free_port())), tmp_path / "out"
+    )
+    assert job.returncode == 0, job.stderr[-3000:] + job.worker_log(0, 0)[-3000:]
+    printed = [mf_losses(job.worker_log(0, rank)) for rank in (0, 1)]
+    assert printed[BAD_RANK][BAD_STEP][0] > printed[1 - BAD_RANK][BAD_STEP][0] + 1.0, printed  # the plant took
+    assert jsonl.exists(), " | ".join(" ".join(f"{printed[r][s][0]:.3f}" for s in sorted(printed[r])) for r in (0, 1))
+    records = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    (record,) = [r for r in records if r["step"] == BAD_STEP]
+    incident = record["incident"]
+    assert incident["ranks"][0]["rank"] == BAD_RANK
+    assert abs(incident["ranks"][0]["value"] - printed[BAD_RANK][BAD_STEP][0]) <= 1e-5
+    samples = {entry["rank"]: entry["indices"] for entry in incident["samples"]}
+    assert samples[BAD_RANK] == planted and len(samples[1 - BAD_RANK]) == 2, (samples, planted)
+    assert incident["layers"] and incident["layers"][0]["group"], incident["layers"]
+    assert incident["checkpoint"]["step"] == 8 and incident["resume"][-1] == f"data_skip_steps: {BAD_STEP}"
+    resumed = yaml.safe_load(path.read_text())
+    resumed.update(yaml.safe_load("\n".join(incident["resume"])))
+    (tmp_path / "resume.yaml").write_text(yaml.safe_dump(resumed, sort_keys=False))
+    validate = subprocess.run([MFTB, "validate", str(tmp_path / "resume.yaml")], capture_output=True, text=True)
+    assert validate.returncode == 0, validate.stdout + validate.stderr
+    loss_max = dict(read_scalars(job.run_dir)["train/loss_max"])
+    assert abs(loss_max[BAD_STEP] - printed[BAD_RANK][BAD_STEP][0]) <= 1e-5
