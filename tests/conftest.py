@@ -247,6 +247,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory, tiny_data: Path) -> Train
             "param_norm_every": 8,
             "vs_samples": True,
             "vs_tokens": True,
+            "throughput_baseline": 40.0,  # samples/s per device: perf/linearity
             "extra_metrics": ["custom_metrics_helpers:step_parity", "custom_metrics_helpers:batch_tokens"],
         },
     ]

@@ -24,14 +24,22 @@ from mindformers_tbplugin.errors import UsageError
 
 MONITOR, HISTOGRAMS, ALIAS = "TensorBoardMonitor", "HistogramMonitor", "TensorBoard"
 ALIAS_KEYS = replacements.ALIAS_KEYS
-# monitor_config (TrainingStateMonitor) outputs that go through the section's writer, by *_format key.
-STATE_OUTPUTS = {
-    "local_loss_format": "the local loss of each micro batch",
-    "device_local_loss_format": "each device's local loss",
-    "local_norm_format": "each parameter's local gradient norm",
-    "device_local_norm_format": "each device's local gradient norm",
-    "optimizer_state_format": "the Adam moment norms of each parameter",
-    "max_attention_logit_format": "the max attention logits",
+# monitor_config (TrainingStateMonitor) outputs that go through the section's writer, by *_format key:
+# what TensorBoardMonitor writes instead, or None (nothing yet).
+STATE_OUTPUTS: dict[str, tuple[str, str | None]] = {
+    "local_loss_format": ("the local loss of each micro batch", None),
+    "device_local_loss_format": (
+        "each device's local loss",
+        "each rank's loss, per aggregation interval, in the ranks dashboard's loss channel, and the highest rank "
+        "loss of every logged step in train/loss_max and train/loss_max_rank (several ranks, aggregate_every > 0)",
+    ),
+    "local_norm_format": (
+        "each parameter's local gradient norm",
+        "grad_norm/<layer> with runner_wrapper.local_norm: True (norm_groups: param for one per parameter)",
+    ),
+    "device_local_norm_format": ("each device's local gradient norm", None),
+    "optimizer_state_format": ("the Adam moment norms of each parameter", None),
+    "max_attention_logit_format": ("the max attention logits", None),
 }
 
 
@@ -253,9 +261,8 @@ class _Migrator:
             aggregate_every = replacements.aggregate_every_for(interval)
             if aggregate_every is not None:
                 monitor["aggregate_every"] = aggregate_every
-        param_norm_every = self._state_outputs(added) if section is replacements.BUILTIN else None
-        if param_norm_every is not None:
-            monitor["param_norm_every"] = param_norm_every
+        if section is replacements.BUILTIN:
+            monitor.update(self._state_outputs(added))
         written += [(key, one_line(value)) for key, value in monitor.items() if key not in ("type", "log_dir")]
         if added:
             self._append_to_callbacks(monitor, written, f"replaces the {section.path}{'' if parent else ':'} section")
@@ -295,39 +302,45 @@ class _Migrator:
                 f"{self.path}: callbacks (line {yaml_lines.line_of(self.root, 'callbacks')}) is not a list"
             )
 
-    def _state_outputs(self, added: bool) -> int | None:
-        """List what monitor_config (TrainingStateMonitor) sent to the section's writer; the
-        param_norm_every that gives its weight norm, when a monitor is added."""
+    def _state_outputs(self, added: bool) -> dict[str, Any]:
+        """List what monitor_config (TrainingStateMonitor) sent to the section's writer and what each became;
+        the options that give its weight norm and throughput linearity, for a monitor being added."""
         config = self.document.get("monitor_config")
         if not isinstance(config, dict) or config.get("monitor_on") is False:
-            return None
-        for key, what in STATE_OUTPUTS.items():
-            if _writes_tensorboard(config.get(key)):
-                self._finding(
-                    "unmapped",
-                    f"monitor_config.{key}",
-                    f"{what}: not written by {MONITOR}; without the tensorboard: section MindFormers logs it instead",
-                )
-        if config.get("throughput_baseline") is not None:
-            self._finding(
-                "unmapped",
+            return {}
+        for key, (what, instead) in STATE_OUTPUTS.items():
+            if not _writes_tensorboard(config.get(key)):
+                continue
+            where = f"monitor_config.{key}"
+            if instead is None:
+                why = "without the tensorboard: section MindFormers logs it instead"
+                self._finding("unmapped", where, f"{what}: not written by {MONITOR}; {why}")
+            else:
+                self._finding("mapped", where, f"-> {instead} ({what})")
+        options: dict[str, Any] = {}
+        baseline = config.get("throughput_baseline")
+        if isinstance(baseline, (int, float)) and not isinstance(baseline, bool) and baseline > 0:
+            options["throughput_baseline"] = baseline
+            self._mapped_option(
+                added,
                 "monitor_config.throughput_baseline",
-                "throughput_linearity: without the tensorboard: section only in MindFormers' log; "
-                "perf/samples_per_s is the throughput it divides by this baseline",
+                "throughput_baseline",
+                baseline,
+                "perf/linearity, its throughput_linearity",
             )
-        if not _writes_tensorboard(config.get("weight_state_format")):
-            return None
-        step_interval = config.get("step_interval")
-        every = step_interval if isinstance(step_interval, int) and step_interval >= 1 else 1
-        where, what = (
-            "monitor_config.weight_state_format",
-            "train/param_norm, the same L2 norm of the trainable parameters",
-        )
+        if _writes_tensorboard(config.get("weight_state_format")):
+            step_interval = config.get("step_interval")
+            every = step_interval if isinstance(step_interval, int) and step_interval >= 1 else 1
+            options["param_norm_every"] = every
+            what = "train/param_norm, the same L2 norm of the trainable parameters"
+            self._mapped_option(added, "monitor_config.weight_state_format", "param_norm_every", every, what)
+        return options if added else {}
+
+    def _mapped_option(self, added: bool, where: str, option: str, value: Any, what: str) -> None:
         if added:
-            self._finding("mapped", where, f"-> param_norm_every: {every} ({what})")
-            return every
-        self._finding("mapped", where, f"-> {what}: set param_norm_every: {every} on {self.monitor_at}")
-        return None
+            self._finding("mapped", where, f"-> {option}: {value} ({what})")
+        else:
+            self._finding("mapped", where, f"-> {what}: set {option}: {value} on {self.monitor_at}")
 
     def _section_findings(
         self, section: replacements.WriterSection, values: dict, written: dict[str, str], carried: dict | None

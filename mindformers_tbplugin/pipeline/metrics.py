@@ -47,6 +47,7 @@ PERF_TOKENS_PER_S = "perf/tokens_per_s"
 PERF_JOB_SAMPLES_PER_S = "perf/job_samples_per_s"
 PERF_JOB_TOKENS_PER_S = "perf/job_tokens_per_s"
 # Model FLOPs per second per device (MindFormers' formula), and its share of the device's peak.
+PERF_LINEARITY = "perf/linearity"  # samples/s per device over throughput_baseline
 PERF_MODEL_TFLOPS = "perf/model_tflops_per_device"
 PERF_MFU = "perf/mfu"
 # Jobs on several nodes (pipeline/slow_nodes.py): the straggler's node, the nodes with every rank slow.
@@ -179,6 +180,13 @@ def static_learning_rate(optimizer: Any) -> float | None:
     if optimizer is None or getattr(optimizer, "dynamic_lr", True) or getattr(optimizer, "is_group_lr", False):
         return None
     return _scalar(getattr(optimizer, "learning_rate", None))
+
+
+def linearity(values: dict[str, float], devices: int, baseline: float | None) -> dict[str, float]:
+    """``perf/linearity``: the job's samples per second per device (of ``values``' ``perf/samples_per_s``)
+    over the baseline, as MindFormers' TrainingStateMonitor computes ``throughput_linearity``."""
+    rate = values.get(PERF_SAMPLES_PER_S)
+    return {PERF_LINEARITY: rate / max(devices, 1) / baseline} if baseline and rate is not None else {}
 
 
 def throughput(step_time_s: float, samples_per_step: float | None, tokens_per_sample: int | None) -> dict[str, float]:

@@ -185,6 +185,7 @@ class MonitorSession:
         step_time = None if self._last_log_time is None else (now - self._last_log_time) / steps_done
         if step_time is not None:
             system.update(metrics.throughput(step_time, self.facts.samples_per_step, self.facts.tokens_per_sample))
+            system.update(metrics.linearity(system, self.topology.world_size, self.options.throughput_baseline))
         self.outputs.add_to(step_metrics, self._loss_divisor, step_time)
         if self._memory is not None:
             system.update(self._memory.read(now))

@@ -98,6 +98,9 @@ class TensorBoardOptions:
             ``perf/mfu`` (``perf/model_tflops_per_device`` over this peak): a number, an Ascend part
             from the table in docs (e.g. ``Ascend910B3``), ``auto`` (the part MindSpore reports, when
             it is in that table), or null (no MFU).
+        throughput_baseline: Samples per second per device at which the job scales linearly (the
+            per-device throughput of a reference run); ``perf/linearity`` is the job's samples per
+            second per device over it, as TrainingStateMonitor's ``throughput_linearity``; null or 0: off.
     """
 
     log_dir: Annotated[str | None, NON_EMPTY_TEXT] = None
@@ -133,6 +136,7 @@ class TensorBoardOptions:
     moe_record_budget: Annotated[int, Range(min=0)] = 1024
     dead_expert_fraction: Annotated[float, Range(min=0, max=1)] = 0.1
     peak_tflops: Annotated[float | str | None, PEAK] = "auto"
+    throughput_baseline: Annotated[float | None, Range(min=0)] = None
 
     @classmethod
     def check_cross_fields(cls, arguments: Mapping[str, Any]) -> list[Problem]:

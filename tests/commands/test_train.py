@@ -23,6 +23,7 @@ PER_STEP_TAGS = {
     "perf/samples_per_s",
     "perf/tokens_per_s",
     "perf/model_tflops_per_device",  # the estimate for a legacy model (no MFU: no peak on a CPU)
+    "perf/linearity",  # throughput_baseline 40
     "system/host_rss_gb",
     "custom/step_parity",
     "custom/batch_tokens",
@@ -89,6 +90,8 @@ def test_diagnostics_are_plausible(tiny_run: TrainingRun) -> None:
         assert math.isclose(tokens, samples[step] * 32, rel_tol=1e-5)
     for step, ms in scalars["perf/step_time_ms"]:
         assert math.isclose(samples[step], 2 / (ms / 1000), rel_tol=1e-4)
+    for step, linearity in scalars["perf/linearity"]:  # TrainingStateMonitor's: samples/s per device over baseline
+        assert math.isclose(linearity, samples[step] / 1 / 40.0, rel_tol=1e-5)
     # The first step includes graph compilation.
     assert scalars["perf/step_time_ms"][0][1] > 10 * sorted(v for _, v in scalars["perf/step_time_ms"])[STEPS // 2]
 

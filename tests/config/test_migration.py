@@ -170,6 +170,11 @@ def test_mindformers_finetune_config_diff_and_listing(tmp_path: Path) -> None:
         "no equivalent: monitor_config.local_loss_format (line 156): the local loss of each micro batch: not "
         "written by TensorBoardMonitor; without the tensorboard: section MindFormers logs it instead",
         "no equivalent: monitor_config.device_local_norm_format (line 159): each device's local gradient norm",
+        "mapped: monitor_config.device_local_loss_format (line 157): -> each rank's loss, per aggregation "
+        "interval, in the ranks dashboard's loss channel, and the highest rank loss of every logged step in "
+        "train/loss_max and train/loss_max_rank",
+        "mapped: monitor_config.local_norm_format (line 158): -> grad_norm/<layer> with runner_wrapper.local_norm: "
+        "True (norm_groups: param for one per parameter) (each parameter's local gradient norm)",
     ]:
         assert f"  {expected}" in listing, listing
 
@@ -185,6 +190,20 @@ def test_weight_state_format_becomes_param_norm_every(tmp_path: Path) -> None:
         "    param_norm_every: 5\n",
     ]
     assert "mapped: monitor_config.weight_state_format (line 161): -> param_norm_every: 5 (train/param_norm" in (
+        result.stdout
+    )
+
+
+def test_throughput_baseline_becomes_the_monitors_and_writes_perf_linearity(tmp_path: Path) -> None:
+    source = tmp_path / "baseline.yaml"
+    source.write_text(QWEN3.read_text().replace("    throughput_baseline: null\n", "    throughput_baseline: 120.5\n"))
+    result = migrate(source, "-o", tmp_path / "out.yaml")
+    assert result.returncode == 0, result.stderr
+    assert changed_lines(source.read_text(), (tmp_path / "out.yaml").read_text())[1] == [
+        *FINETUNE_ADDED,
+        "    throughput_baseline: 120.5\n",
+    ]
+    assert "mapped: monitor_config.throughput_baseline (line 162): -> throughput_baseline: 120.5 (perf/linearity" in (
         result.stdout
     )
 
