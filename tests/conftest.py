@@ -248,7 +248,12 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory, tiny_data: Path) -> Train
             "vs_samples": True,
             "vs_tokens": True,
             "throughput_baseline": 40.0,  # samples/s per device: perf/linearity
-            "extra_metrics": ["custom_metrics_helpers:step_parity", "custom_metrics_helpers:batch_tokens"],
+            "optimizer_state_every": 8,
+            "extra_metrics": [
+                "custom_metrics_helpers:step_parity",
+                "custom_metrics_helpers:batch_tokens",
+                "custom_metrics_helpers:mindformers_adam_norms",
+            ],
         },
     ]
     config = write_tiny_config(folder, tiny_data, callbacks, num_samples=64)

@@ -38,7 +38,11 @@ STATE_OUTPUTS: dict[str, tuple[str, str | None]] = {
         "grad_norm/<layer> with runner_wrapper.local_norm: True (norm_groups: param for one per parameter)",
     ),
     "device_local_norm_format": ("each device's local gradient norm", None),
-    "optimizer_state_format": ("the Adam moment norms of each parameter", None),
+    "optimizer_state_format": (
+        "the Adam moment norms of each parameter",
+        "adam_m_norm/<layer> and adam_v_norm/<layer> every optimizer_state_every steps (norm_groups: param for "
+        "one per parameter)",
+    ),
     "max_attention_logit_format": ("the max attention logits", None),
 }
 

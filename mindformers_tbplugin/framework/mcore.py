@@ -75,6 +75,8 @@ def find_mcore_model(train_network: Any) -> McoreModel | None:
         get_config, get_model = real.get_gpt_transformer_config, real.get_gpt_model
     except (ImportError, AttributeError):
         return None
+    if _legacy(real, get_config):
+        return None
     try:
         return McoreModel(get_config(), get_model(), train_network)
     except Exception as exc:  # a layout we do not know: say which, once, and monitor the rest
@@ -84,6 +86,13 @@ def find_mcore_model(train_network: Any) -> McoreModel | None:
             exc,
         )
         return None
+
+
+def _legacy(real: Any, get_config: Any) -> bool:
+    """A legacy model: MindFormers' ``ModelMixin`` accessor on a model that never built a transformer
+    config (its ``convert_to_transformer_config`` is what mcore models call)."""
+    inherited = getattr(get_config, "__qualname__", "") == "ModelMixin.get_gpt_transformer_config"
+    return inherited and getattr(real, "transformer_config", None) is None
 
 
 def model_hparams(mcore: McoreModel) -> dict[str, Any]:

@@ -61,6 +61,8 @@ EVAL_PREFIX = "eval/"
 # Per-layer norms (runner_wrapper.local_norm): grad_norm/<group>, param_norm/<group>.
 GRAD_NORM_PREFIX = "grad_norm/"
 PARAM_NORM_PREFIX = "param_norm/"
+ADAM_M_NORM_PREFIX = "adam_m_norm/"  # Adam's first moment per group, every optimizer_state_every steps
+ADAM_V_NORM_PREFIX = "adam_v_norm/"  # ... and its second moment
 GRAD_NORM_TOTAL = "grad_norm/total"  # over all groups: the pre-reduction norm, whether clipping is on or off
 GRAD_NORM_HISTOGRAM = "grad_norm/per_param_log10"  # histogram of log10 per-parameter gradient norms
 # Mixture-of-experts routing (pipeline/expert_load.py): moe/<group>/<statistic>, and over all layers.
@@ -89,7 +91,17 @@ BUILTIN_TAGS = frozenset(
     for name, value in dict(globals()).items()
     if name.startswith(("TRAIN_", "PERF_", "SYSTEM_", "EVAL_", "META_", "GRAD_NORM_TOTAL")) and not value.endswith("/")
 )
-BUILTIN_FAMILIES = (EVAL_PREFIX, GRAD_NORM_PREFIX, PARAM_NORM_PREFIX, MOE_PREFIX, "ranks/", "local/", "alerts/")
+BUILTIN_FAMILIES = (
+    EVAL_PREFIX,
+    GRAD_NORM_PREFIX,
+    PARAM_NORM_PREFIX,
+    ADAM_M_NORM_PREFIX,
+    ADAM_V_NORM_PREFIX,
+    MOE_PREFIX,
+    "ranks/",
+    "local/",
+    "alerts/",
+)
 _X_AXIS_TWINS = frozenset(t + suffix for t in X_AXIS_VARIANT_TAGS for suffix in (VS_SAMPLES_SUFFIX, VS_TOKENS_SUFFIX))
 
 

@@ -19,6 +19,7 @@ from mindformers_tbplugin.framework.eval_hook import EvalRecorder
 from mindformers_tbplugin.framework.layer_norms import LayerNorms, parameter_norm
 from mindformers_tbplugin.framework.model_facts import loss_scale_for_pipeline
 from mindformers_tbplugin.framework.model_outputs import ModelOutputs
+from mindformers_tbplugin.framework.optimizer_state import OptimizerState
 from mindformers_tbplugin.framework.system_stats import MemoryReadings
 from mindformers_tbplugin.framework.trainers import StepEnd, TrainStart
 from mindformers_tbplugin.log import WarnOnce, logger
@@ -62,6 +63,11 @@ class MonitorSession:
         self._memory = MemoryReadings() if options.log_memory else None
         self._eval = EvalRecorder(self._log_eval) if options.log_eval else None
         self.layer_norms = LayerNorms.for_training(start, options.norm_groups, options.grad_hist_every)
+        self.optimizer_state = (
+            OptimizerState.for_optimizer(start.facts.optimizer, options.norm_groups)
+            if options.optimizer_state_every and (self.topology.is_writer or options.rank_policy == "all")
+            else None
+        )
         moe = (options.moe_every, options.moe_record_budget)
         self.outputs = ModelOutputs.for_training(start, self._accumulators_due, step_of, moe, options.peak_tflops)
         self.writer: RunWriter | None = None  # the main run (writing rank only)
@@ -125,6 +131,8 @@ class MonitorSession:
         logger.info("%s: %s", NAME, topology.describe())
         if self.layer_norms is not None:
             logger.info("%s: %s", NAME, self.layer_norms.describe())
+        if self.optimizer_state is not None:
+            logger.info("%s: %s", NAME, self.optimizer_state.describe())
         logger.info("%s: %s", NAME, self.outputs.describe())
         if self.writer is not None:
             logger.info("%s: writing %s. View it: mftb tensorboard %s", NAME, self.run_dir, self.log_root)
@@ -134,6 +142,8 @@ class MonitorSession:
         """One warning naming every schedule of ours this training's steps never reach."""
         options, first = self.options, self.step
         every = {"param_norm_every": options.param_norm_every}
+        if self.optimizer_state is not None:
+            every["optimizer_state_every"] = options.optimizer_state_every
         if self.layer_norms is not None:
             every["grad_hist_every"] = options.grad_hist_every
         if self.outputs.routers is not None:
@@ -192,6 +202,9 @@ class MonitorSession:
         every = self.options.param_norm_every
         if every and step // every > self._last_logged_step // every:
             model.update(parameter_norm(self.facts.trainable_params, self.layer_norms))
+        every = self.options.optimizer_state_every
+        if self.optimizer_state is not None and step // every > self._last_logged_step // every:
+            model.update(self.optimizer_state.tags())
         for extra in self.extra:
             self._add_extra(extra, step_end.hook_args, step_metrics)
         self.router.log_step(step_metrics)

@@ -98,6 +98,10 @@ class TensorBoardOptions:
             ``perf/mfu`` (``perf/model_tflops_per_device`` over this peak): a number, an Ascend part
             from the table in docs (e.g. ``Ascend910B3``), ``auto`` (the part MindSpore reports, when
             it is in that table), or null (no MFU).
+        optimizer_state_every: Every this many steps, the norms of Adam's first and second moments per
+            layer group (``adam_m_norm/<group>``, ``adam_v_norm/<group>``, ``/total``), as
+            TrainingStateMonitor's ``optimizer_state_format``; 0 turns it off. Optimizers without Adam
+            moments write none.
         throughput_baseline: Samples per second per device at which the job scales linearly (the
             per-device throughput of a reference run); ``perf/linearity`` is the job's samples per
             second per device over it, as TrainingStateMonitor's ``throughput_linearity``; null or 0: off.
@@ -136,6 +140,7 @@ class TensorBoardOptions:
     moe_record_budget: Annotated[int, Range(min=0)] = 1024
     dead_expert_fraction: Annotated[float, Range(min=0, max=1)] = 0.1
     peak_tflops: Annotated[float | str | None, PEAK] = "auto"
+    optimizer_state_every: Annotated[int, Range(min=0)] = 100
     throughput_baseline: Annotated[float | None, Range(min=0)] = None
 
     @classmethod

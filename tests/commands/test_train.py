@@ -28,6 +28,7 @@ PER_STEP_TAGS = {
     "custom/step_parity",
     "custom/batch_tokens",
 }
+ADAM_GROUPS = ("embedding", "layers.0", "layers.1", "final_norm", "head", "total")  # optimizer_state_every 8
 X_AXIS_TAGS = {"train/loss_vs_samples", "train/lr_vs_samples", "train/loss_vs_tokens", "train/lr_vs_tokens"}
 
 
@@ -54,7 +55,9 @@ def test_run_folder_is_named_from_experiment_and_timestamp(tiny_run: TrainingRun
 
 def test_exactly_the_expected_tags(tiny_run: TrainingRun) -> None:
     scalars = read_scalars(tiny_run.run_dir)
-    assert set(scalars) == PER_STEP_TAGS | X_AXIS_TAGS | {"train/param_norm"}
+    adam = {f"{prefix}/{group}" for prefix in ("adam_m_norm", "adam_v_norm") for group in ADAM_GROUPS}
+    tsm = {f"custom/tsm_adam_{moment}_{group}" for moment in "mv" for group in ("total", "layers.1")}
+    assert set(scalars) == PER_STEP_TAGS | X_AXIS_TAGS | {"train/param_norm"} | adam | tsm
 
 
 def test_one_point_per_logged_step_strictly_increasing(tiny_run: TrainingRun) -> None:
@@ -94,6 +97,20 @@ def test_diagnostics_are_plausible(tiny_run: TrainingRun) -> None:
         assert math.isclose(linearity, samples[step] / 1 / 40.0, rel_tol=1e-5)
     # The first step includes graph compilation.
     assert scalars["perf/step_time_ms"][0][1] > 10 * sorted(v for _, v in scalars["perf/step_time_ms"])[STEPS // 2]
+
+
+def test_adam_moment_norms_are_trainingstatemonitors_per_layer(tiny_run: TrainingRun) -> None:
+    """adam_m_norm / adam_v_norm every 8 steps against MindFormers' own per-parameter moment norms
+    (TrainingStateMonitor's _get_optimizer_state, read by an extra_metrics hook at the same steps)."""
+    scalars = read_scalars(tiny_run.run_dir)
+    for moment in "mv":
+        for group in ("total", "layers.1"):
+            ours, theirs = scalars[f"adam_{moment}_norm/{group}"], scalars[f"custom/tsm_adam_{moment}_{group}"]
+            assert [step for step, _ in ours] == [step for step, _ in theirs] == [8, 16, 24, 32]
+            for (step, value), (_, expected) in zip(ours, theirs, strict=True):
+                assert math.isclose(value, expected, rel_tol=1e-5), (moment, group, step, value, expected)
+        groups = [dict(scalars[f"adam_{moment}_norm/{group}"])[8] ** 2 for group in ADAM_GROUPS[:-1]]
+        assert math.isclose(sum(groups), dict(scalars[f"adam_{moment}_norm/total"])[8] ** 2, rel_tol=1e-6)
 
 
 def test_x_axis_variants_count_samples_and_tokens(tiny_run: TrainingRun) -> None:

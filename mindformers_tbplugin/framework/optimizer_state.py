@@ -1,0 +1,56 @@
+"""Adam's moment norms per layer group, as MindFormers' TrainingStateMonitor ``optimizer_state_format``
+reads them: the optimizer's first and second moments (``moment1``/``moment2``, ``moments1``/``moments2``
+or ``exp_avg``/``exp_avg_sq``), each parameter's L2 norm in float32, computed where the moments live.
+A group's norm is the square root of the sum of its parameters' squared norms (one host copy of one
+vector per moment), so ``adam_m_norm/total`` is the norm over all parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from mindformers_tbplugin.framework.host_values import host_copy
+from mindformers_tbplugin.pipeline import metrics
+from mindformers_tbplugin.pipeline.gradient_groups import GroupLayout
+
+MOMENT_ATTRIBUTES = (("moment1", "moment2"), ("moments1", "moments2"), ("exp_avg", "exp_avg_sq"))
+
+
+class OptimizerState:
+    """The moments of one training's optimizer and their groups."""
+
+    def __init__(self, first: Sequence[Any], second: Sequence[Any], layout: GroupLayout) -> None:
+        self.first, self.second, self.layout = list(first), list(second), layout
+
+    @classmethod
+    def for_optimizer(cls, optimizer: Any, grouping: str | Sequence[str]) -> OptimizerState | None:
+        """None when the optimizer keeps no Adam moments (SGD, Lamb's other names, none)."""
+        for first_name, second_name in MOMENT_ATTRIBUTES:
+            first, second = getattr(optimizer, first_name, None), getattr(optimizer, second_name, None)
+            if first is not None and second is not None and len(first) and len(first) == len(second):
+                # ``adam_m.model.layers.0.attention.wq.weight``: the parameter's name after the prefix
+                names = [str(moment.name).split(".", 1)[-1] for moment in first]
+                return cls(first, second, GroupLayout.of(names, grouping))
+        return None
+
+    def describe(self) -> str:
+        return f"Adam moment norms of {len(self.first)} parameters in {len(self.layout)} groups"
+
+    def tags(self) -> dict[str, float]:
+        """``adam_m_norm/<group>``, ``adam_v_norm/<group>`` and their ``/total``."""
+        values: dict[str, float] = {}
+        for prefix, moments in ((metrics.ADAM_M_NORM_PREFIX, self.first), (metrics.ADAM_V_NORM_PREFIX, self.second)):
+            squares = np.asarray(host_copy(_squared_norms(moments)), dtype=np.float64)
+            values.update(self.layout.tags(prefix, self.layout.group_squares(squares), prefix + "total"))
+        return values
+
+
+def _squared_norms(moments: Sequence[Any]) -> Any:
+    """One float32 vector of every moment's squared L2 norm, computed by MindSpore where they live."""
+    from mindspore import dtype as mstype
+    from mindspore import mint, ops
+
+    return ops.stack([mint.sum(mint.square(moment.astype(mstype.float32))) for moment in moments])
