@@ -1,4 +1,5 @@
-"""Training-thread cost of AlertMonitor: one ``AlertEngine.observe`` per logged step.
+"""Training-thread cost of AlertMonitor: per logged step, the incident bookkeeping (the step's written
+values kept for an alert's incident) and one ``AlertEngine.observe``.
 
 The default rules plus ``nonfinite`` with ``action: stop``, fed the 10 values TensorBoardMonitor
 publishes per step (noisy, healthy: no alert fires, which is the common case).
@@ -13,8 +14,11 @@ import random
 import statistics
 import time
 
+from mindformers_tbplugin.alerts.culprits import GradientCulprits
 from mindformers_tbplugin.alerts.engine import DEFAULT_RULES, AlertEngine, parse_rules
+from mindformers_tbplugin.alerts.incident import IncidentRecorder
 from mindformers_tbplugin.pipeline import metrics
+from mindformers_tbplugin.pipeline.run import Run
 
 TAGS = (
     metrics.TRAIN_LOSS,
@@ -46,10 +50,12 @@ def measure(steps: int, rounds: int) -> tuple[float, list[float]]:
     per_round = []
     for index in range(rounds):
         engine = AlertEngine(parse_rules([{"rule": "nonfinite", "action": "stop"}, *DEFAULT_RULES[1:]]))
+        incidents = IncidentRecorder(Run(), GradientCulprits(), [], None)
         clock = time.perf_counter_ns
         samples = []
         for step, values in enumerate(_steps(steps, index), start=1):
             start = clock()
+            incidents.remember(step, values)
             engine.observe(step, values)
             samples.append(clock() - start)
         per_round.append(statistics.median(samples) / 1000.0)
@@ -62,7 +68,8 @@ def markdown_section(quick: bool, target_us: float) -> tuple[str, list[str]]:
     lines = [
         "## Alert rules: training-thread cost per logged step",
         "",
-        f"AlertEngine.observe with the default rules (+ nonfinite, action stop) on the 10 published values; "
+        f"IncidentRecorder.remember and AlertEngine.observe with the default rules (+ nonfinite, action stop) "
+        f"on the 10 published values; "
         f"{steps} steps per round, {rounds} rounds, median of per-round medians.",
         "",
         "| median µs/step | min-max over rounds |",
@@ -79,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=50_000)
     args = parser.parse_args(argv)
     median_us, per_round = measure(args.steps, 5)
-    print(f"AlertEngine.observe: {median_us:.2f} µs/step (rounds: {', '.join(f'{r:.2f}' for r in per_round)})")
+    print(f"incident bookkeeping + AlertEngine.observe: {median_us:.2f} µs/step (rounds: {', '.join(f'{r:.2f}' for r in per_round)})")
 
 
 if __name__ == "__main__":

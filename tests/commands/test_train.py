@@ -99,6 +99,10 @@ def test_diagnostics_are_plausible(tiny_run: TrainingRun) -> None:
     assert scalars["perf/step_time_ms"][0][1] > 10 * sorted(v for _, v in scalars["perf/step_time_ms"])[STEPS // 2]
 
 
+def test_a_legacy_model_gets_no_mcore_warning(tiny_run: TrainingRun) -> None:
+    assert "looks like an mcore model" not in tiny_run.output  # MindFormers' ModelMixin accessor, unused
+
+
 def test_adam_moment_norms_are_trainingstatemonitors_per_layer(tiny_run: TrainingRun) -> None:
     """adam_m_norm / adam_v_norm every 8 steps against MindFormers' own per-parameter moment norms
     (TrainingStateMonitor's _get_optimizer_state, read by an extra_metrics hook at the same steps)."""
