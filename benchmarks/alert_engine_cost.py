@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=50_000)
     args = parser.parse_args(argv)
     median_us, per_round = measure(args.steps, 5)
-    print(f"incident bookkeeping + AlertEngine.observe: {median_us:.2f} µs/step (rounds: {', '.join(f'{r:.2f}' for r in per_round)})")
+    rounds = ", ".join(f"{r:.2f}" for r in per_round)
+    print(f"incident bookkeeping + AlertEngine.observe: {median_us:.2f} µs/step (rounds: {rounds})")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """Adam's moment norms per layer group, as MindFormers' TrainingStateMonitor ``optimizer_state_format``
 reads them: the optimizer's first and second moments (``moment1``/``moment2``, ``moments1``/``moments2``
-or ``exp_avg``/``exp_avg_sq``), each parameter's L2 norm in float32, computed where the moments live.
-A group's norm is the square root of the sum of its parameters' squared norms (one host copy of one
-vector per moment), so ``adam_m_norm/total`` is the norm over all parameters.
+or ``exp_avg``/``exp_avg_sq``), each parameter's L2 norm in float32. On a device each norm is one
+MindSpore op where the moment lives and the norms come to the host as one vector (a moment is as large
+as its parameter: never copied); on a CPU the moments are host memory already and numpy reads them in
+place (MindSpore's eager ops cost about a millisecond each there). A group's norm is the square root
+of the sum of its parameters' squared norms, so ``adam_m_norm/total`` is the norm over all parameters.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ MOMENT_ATTRIBUTES = (("moment1", "moment2"), ("moments1", "moments2"), ("exp_avg
 class OptimizerState:
     """The moments of one training's optimizer and their groups."""
 
-    def __init__(self, first: Sequence[Any], second: Sequence[Any], layout: GroupLayout) -> None:
+    def __init__(self, first: Sequence[Any], second: Sequence[Any], layout: GroupLayout, on_host: bool) -> None:
         self.first, self.second, self.layout = list(first), list(second), layout
+        self._squares = _host_squares if on_host else _device_squares
 
     @classmethod
     def for_optimizer(cls, optimizer: Any, grouping: str | Sequence[str]) -> OptimizerState | None:
@@ -33,7 +36,7 @@ class OptimizerState:
             if first is not None and second is not None and len(first) and len(first) == len(second):
                 # ``adam_m.model.layers.0.attention.wq.weight``: the parameter's name after the prefix
                 names = [str(moment.name).split(".", 1)[-1] for moment in first]
-                return cls(first, second, GroupLayout.of(names, grouping))
+                return cls(first, second, GroupLayout.of(names, grouping), _on_cpu())
         return None
 
     def describe(self) -> str:
@@ -43,14 +46,30 @@ class OptimizerState:
         """``adam_m_norm/<group>``, ``adam_v_norm/<group>`` and their ``/total``."""
         values: dict[str, float] = {}
         for prefix, moments in ((metrics.ADAM_M_NORM_PREFIX, self.first), (metrics.ADAM_V_NORM_PREFIX, self.second)):
-            squares = np.asarray(host_copy(_squared_norms(moments)), dtype=np.float64)
+            squares = self._squares(moments)
             values.update(self.layout.tags(prefix, self.layout.group_squares(squares), prefix + "total"))
         return values
 
 
-def _squared_norms(moments: Sequence[Any]) -> Any:
-    """One float32 vector of every moment's squared L2 norm, computed by MindSpore where they live."""
-    from mindspore import dtype as mstype
-    from mindspore import mint, ops
+def _on_cpu() -> bool:
+    from mindspore import context
 
-    return ops.stack([mint.sum(mint.square(moment.astype(mstype.float32))) for moment in moments])
+    return str(context.get_context("device_target")) == "CPU"
+
+
+def _host_squares(moments: Sequence[Any]) -> np.ndarray:
+    """Each moment's squared L2 norm (float64), read in place from host memory."""
+    squares = np.empty(len(moments), dtype=np.float64)
+    for index, moment in enumerate(moments):
+        flat = moment.asnumpy().ravel().astype(np.float32, copy=False)
+        squares[index] = float(np.dot(flat, flat))
+    return squares
+
+
+def _device_squares(moments: Sequence[Any]) -> np.ndarray:
+    """Each moment's squared L2 norm: one norm op per moment on the device, one host copy of the vector."""
+    from mindspore import dtype as mstype
+    from mindspore import ops
+
+    norms = [(m if m.dtype == mstype.float32 else m.astype(mstype.float32)).norm() for m in moments]
+    return np.square(np.asarray(host_copy(ops.stack(norms)), dtype=np.float64))

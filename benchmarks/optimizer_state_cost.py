@@ -1,0 +1,120 @@
+"""Training-thread cost of one optimizer-state step: Adam's moment norms per layer group.
+
+Every ``optimizer_state_every`` steps (default 100) TensorBoardMonitor computes each moment's squared
+L2 norm and groups them (``OptimizerState.tags``): on a device with one norm op per moment and one host
+copy of the vector, on a CPU (here) with numpy over the moments in place. MindFormers'
+TrainingStateMonitor (``optimizer_state_format``) takes
+``param.norm().item()`` per moment (``_get_optimizer_state``: one host read each). Both run here on the
+same MindSpore Parameters (CPU) for the tiny LLaMA's 21 parameters and a synthetic 80-layer LLaMA's 723,
+its matrices scaled down to hidden 256 (the per-parameter overheads, which dominate on a device; a real
+70B model's moments do not fit this machine). Variants alternate round by round in one process.
+
+python -m benchmarks.optimizer_state_cost [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from types import SimpleNamespace
+
+import mindspore  # noqa: F401  (first: tensorboard's protobufs loaded before it break its import)
+import numpy as np
+
+from benchmarks.layer_norms import PARAMETER_LISTS
+
+HIDDEN, VOCAB = 256, 1024
+OURS = "mftb OptimizerState.tags (on a CPU: numpy over the moments in place)"
+THEIRS = "TrainingStateMonitor _get_optimizer_state (norm().item() per moment)"
+
+
+def _shape(name: str) -> tuple[int, ...]:
+    if "norm" in name:
+        return (HIDDEN,)
+    if "embedding" in name or "lm_head" in name:
+        return (VOCAB, HIDDEN)
+    return (HIDDEN, HIDDEN)
+
+
+def _optimizer(names: list[str]) -> SimpleNamespace:
+    from mindspore import Parameter, ParameterTuple, Tensor
+
+    rng = np.random.default_rng(0)
+
+    def moments(prefix: str) -> ParameterTuple:
+        return ParameterTuple(
+            Parameter(Tensor(rng.standard_normal(_shape(name)).astype(np.float32)), name=f"{prefix}.{name}")
+            for name in names
+        )
+
+    return SimpleNamespace(exp_avg=moments("adam_m"), exp_avg_sq=moments("adam_v"))
+
+
+def measure(quick: bool) -> list[tuple[str, int, str, float, list[float]]]:
+    from mindformers.core.callback.callback import _get_optimizer_state
+
+    from mindformers_tbplugin.framework.optimizer_state import OptimizerState
+
+    rounds, steps = (3, 5) if quick else (5, 20)
+    rows = []
+    for label, names in PARAMETER_LISTS.items():
+        optimizer = _optimizer(names)
+        state = OptimizerState.for_optimizer(optimizer, "layer")
+        variants = {
+            OURS: state.tags,
+            THEIRS: lambda o=optimizer: (_get_optimizer_state(o.exp_avg), _get_optimizer_state(o.exp_avg_sq)),
+        }
+        per_round: dict[str, list[float]] = {name: [] for name in variants}
+        for variant in variants.values():
+            variant()  # warm-up: the ops' first launch compiles
+        for index in range(rounds):
+            for name, run in list(variants.items()) if index % 2 == 0 else list(variants.items())[::-1]:
+                samples = []
+                for _ in range(steps):
+                    start = time.perf_counter()
+                    run()
+                    samples.append((time.perf_counter() - start) * 1e3)
+                per_round[name].append(statistics.median(samples))
+        for name, medians in per_round.items():
+            rows.append((label, len(names), name, statistics.median(medians), medians))
+    return rows
+
+
+def markdown_section(quick: bool) -> tuple[str, list[str]]:
+    rows = measure(quick)
+    lines = [
+        "## Adam moment norms: training-thread cost of one optimizer-state step",
+        "",
+        "`optimizer_state_every` (100 by default): `adam_m_norm/<group>` and `adam_v_norm/<group>`. Both moments "
+        "of every parameter, MindSpore Parameters on this CPU, matrices scaled to hidden 256 (vocabulary 1,024): "
+        "the per-parameter overheads are what is compared. Per round the median over its steps; the median (and "
+        "min-max) over rounds.",
+        "",
+        "| parameter list | params | variant | median ms per optimizer-state step | min-max over rounds |",
+        "|---|---:|---|---:|---|",
+    ]
+    for label, count, name, median, medians in rows:
+        lines.append(f"| {label} | {count} | {name} | {median:.2f} | {min(medians):.2f}-{max(medians):.2f} |")
+    by_list: dict[str, dict[str, float]] = {}
+    for label, _, name, median, _ in rows:
+        by_list.setdefault(label, {})[name] = median
+    lines.append("")
+    for label, medians in by_list.items():
+        per_step = medians[OURS] / 100 * 1e3
+        lines.append(
+            f"- {label}: {medians[OURS]:.2f} ms every `optimizer_state_every` steps, **{per_step:.1f} µs per step** "
+            f"averaged at the default 100; TrainingStateMonitor's route {medians[THEIRS] / medians[OURS]:.1f}x."
+        )
+    return "\n".join([*lines, ""]), []
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.optimizer_state_cost", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer rounds")
+    args = parser.parse_args(argv)
+    print(markdown_section(args.quick)[0])
+
+
+if __name__ == "__main__":
+    main()
