@@ -81,7 +81,7 @@ function drawHeatmap(canvas, m) {
       const label = m.rank_block > 1 ? `${first}..${first + m.rank_block - 1}` : String(first);
       ctx.fillStyle = '#555';
       ctx.textAlign = 'right';
-      ctx.fillText(label, LEFT - 4, y + Math.min(rowHeight, 12) - 1, RANK_LABELS - 4);
+      ctx.fillText(label, LEFT - 4, Math.max(y + rowHeight / 2 + 4, 10), RANK_LABELS - 4); // centred on its row
       rowLabels.push(label);
       lastRank = y;
     }
