@@ -17,10 +17,17 @@ def batch_tokens(cb_params):
 
 def mindformers_adam_norms(cb_params):
     """MindFormers' TrainingStateMonitor's own per-parameter Adam moment norms (its ``_get_optimizer_state``,
-    what ``optimizer_state_format`` writes), combined over all parameters and over layer 1's, every 8 steps."""
+    what ``optimizer_state_format`` writes), combined over all parameters and over layer 1's, every 8 steps.
+    A release without that function: the same per-parameter MindSpore norms, computed here."""
     import math
 
-    from mindformers.core.callback.callback import _get_optimizer_state
+    try:
+        from mindformers.core.callback.callback import _get_optimizer_state
+    except ImportError:
+        import mindspore as ms
+
+        def _get_optimizer_state(moments):
+            return {moment.name: float(moment.astype(ms.float32).norm().asnumpy()) for moment in moments}
 
     if cb_params.cur_step_num % 8:
         return {}
