@@ -144,7 +144,10 @@ def test_an_alert_stop_ends_the_pynative_training_after_that_step(tmp_path: Path
         "rules": [{"rule": "threshold", "tag": "train/loss", "above": 0.0, "action": "stop"}],
     }
     run = pynative_train(qwen3_config(tmp_path, xy_data, [MONITORS[0], alert]))
-    assert run.returncode == 0, run.output[-5000:]
+    # A stop is not a normal end: the entry script exits 3 and says why, as under run_mindformer.py.
+    assert run.returncode == 3, run.output[-5000:]
+    stopped = "stopped by AlertMonitor (threshold on train/loss) at step 1"
+    assert f"train.py: {stopped}; exit status 3" in run.output.splitlines()
     assert sorted(run.printed()) == [1]
     assert [step for step, _ in read_scalars(run.run_dir)["train/loss"]] == [1]
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -152,7 +155,7 @@ def test_an_alert_stop_ends_the_pynative_training_after_that_step(tmp_path: Path
     accumulator = EventAccumulator(str(run.run_dir))
     accumulator.Reload()
     (status,) = accumulator.Tensors("meta/status")
-    assert status.tensor_proto.string_val[0].decode() == "stopped by AlertMonitor (threshold on train/loss) at step 1"
+    assert status.tensor_proto.string_val[0].decode() == stopped
 
 
 def test_a_failing_pynative_training_still_gets_its_status(tmp_path: Path, xy_data: Path) -> None:
