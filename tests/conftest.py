@@ -253,6 +253,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory, tiny_data: Path) -> Train
                 "custom_metrics_helpers:step_parity",
                 "custom_metrics_helpers:batch_tokens",
                 "custom_metrics_helpers:mindformers_adam_norms",
+                "custom_metrics_helpers:reference_update_norms",
             ],
         },
     ]

@@ -63,6 +63,8 @@ GRAD_NORM_PREFIX = "grad_norm/"
 PARAM_NORM_PREFIX = "param_norm/"
 ADAM_M_NORM_PREFIX = "adam_m_norm/"  # Adam's first moment per group, every optimizer_state_every steps
 ADAM_V_NORM_PREFIX = "adam_v_norm/"  # ... and its second moment
+UPDATE_NORM_PREFIX = "update_norm/"  # the step's parameter change per group, same schedule
+UPDATE_RATIO_PREFIX = "update_ratio/"  # ... over the group's parameter norm before the step
 GRAD_NORM_TOTAL = "grad_norm/total"  # over all groups: the pre-reduction norm, whether clipping is on or off
 GRAD_NORM_HISTOGRAM = "grad_norm/per_param_log10"  # histogram of log10 per-parameter gradient norms
 # Mixture-of-experts routing (pipeline/expert_load.py): moe/<group>/<statistic>, and over all layers.

@@ -22,6 +22,7 @@ from mindformers_tbplugin.framework.model_outputs import ModelOutputs
 from mindformers_tbplugin.framework.optimizer_state import OptimizerState
 from mindformers_tbplugin.framework.system_stats import MemoryReadings
 from mindformers_tbplugin.framework.trainers import StepEnd, TrainStart
+from mindformers_tbplugin.framework.update_norms import ParameterUpdates
 from mindformers_tbplugin.log import WarnOnce, logger
 from mindformers_tbplugin.pipeline import custom_metrics, expert_routing, histograms, metrics, schedules
 from mindformers_tbplugin.pipeline.metrics import MetricKind, StepMetrics
@@ -63,9 +64,15 @@ class MonitorSession:
         self._memory = MemoryReadings() if options.log_memory else None
         self._eval = EvalRecorder(self._log_eval) if options.log_eval else None
         self.layer_norms = LayerNorms.for_training(start, options.norm_groups, options.grad_hist_every)
+        writes_model = self.topology.is_writer or options.rank_policy == "all"
         self.optimizer_state = (
             OptimizerState.for_optimizer(start.facts.optimizer, options.norm_groups)
-            if options.optimizer_state_every and (self.topology.is_writer or options.rank_policy == "all")
+            if options.optimizer_state_every and writes_model
+            else None
+        )
+        self.updates = (
+            ParameterUpdates.for_parameters(start.facts.trainable_params, options.norm_groups)
+            if options.optimizer_state_every and writes_model
             else None
         )
         moe = (options.moe_every, options.moe_record_budget)
@@ -142,7 +149,7 @@ class MonitorSession:
         """One warning naming every schedule of ours this training's steps never reach."""
         options, first = self.options, self.step
         every = {"param_norm_every": options.param_norm_every}
-        if self.optimizer_state is not None:
+        if self.optimizer_state is not None or self.updates is not None:
             every["optimizer_state_every"] = options.optimizer_state_every
         if self.layer_norms is not None:
             every["grad_hist_every"] = options.grad_hist_every
@@ -168,6 +175,8 @@ class MonitorSession:
         if self._last_log_time is None:
             self._last_log_time = time.perf_counter()
         self.outputs.step_began(step)
+        if self.updates is not None and self._due(step, self.options.optimizer_state_every):
+            self.guard("update_norm", self.updates.step_began, step)
 
     def step_ended(self, step_end: StepEnd) -> None:
         # Runs at every step: kept to few Python-level operations (see BENCHMARKS.md).
@@ -203,8 +212,11 @@ class MonitorSession:
         if every and step // every > self._last_logged_step // every:
             model.update(parameter_norm(self.facts.trainable_params, self.layer_norms))
         every = self.options.optimizer_state_every
-        if self.optimizer_state is not None and step // every > self._last_logged_step // every:
-            model.update(self.optimizer_state.tags())
+        if every and step // every > self._last_logged_step // every:
+            if self.optimizer_state is not None:
+                model.update(self.optimizer_state.tags())
+            if self.updates is not None:
+                model.update(self.updates.tags(step))
         for extra in self.extra:
             self._add_extra(extra, step_end.hook_args, step_metrics)
         self.router.log_step(step_metrics)
@@ -216,11 +228,15 @@ class MonitorSession:
         self._last_logged_step = step
         self._last_log_time = time.perf_counter()
 
+    def _due(self, step: int, every: int) -> bool:
+        """Whether ``step`` (not yet ended) will be logged and is the first logged one in a new period
+        of ``every`` steps."""
+        last = self._last_logged_step
+        return step - last >= self.options.log_every and bool(every) and step // every > last // every
+
     def _accumulators_due(self, step: int) -> tuple[bool, bool]:
         """Whether ``step`` logs (loss parts) and reads the routers (expert loads)."""
-        last, every = self._last_logged_step, self.options.moe_every
-        logged = step - last >= self.options.log_every
-        return logged, logged and bool(every) and step // every > last // every
+        return step - self._last_logged_step >= self.options.log_every, self._due(step, self.options.moe_every)
 
     def _add_extra(self, extra: custom_metrics.ExtraMetric, cb_params: Any, step_metrics: StepMetrics) -> None:
         try:

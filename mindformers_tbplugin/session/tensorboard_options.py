@@ -100,8 +100,9 @@ class TensorBoardOptions:
             it is in that table), or null (no MFU).
         optimizer_state_every: Every this many steps, the norms of Adam's first and second moments per
             layer group (``adam_m_norm/<group>``, ``adam_v_norm/<group>``, ``/total``), as
-            TrainingStateMonitor's ``optimizer_state_format``; 0 turns it off. Optimizers without Adam
-            moments write none.
+            TrainingStateMonitor's ``optimizer_state_format``, and the step's parameter change per group
+            (``update_norm/<group>``, ``update_ratio/<group>``: over the group's parameter norm);
+            0 turns them off. Optimizers without Adam moments write no moment norms.
         throughput_baseline: Samples per second per device at which the job scales linearly (the
             per-device throughput of a reference run); ``perf/linearity`` is the job's samples per
             second per device over it, as TrainingStateMonitor's ``throughput_linearity``; null or 0: off.

@@ -56,8 +56,10 @@ def test_run_folder_is_named_from_experiment_and_timestamp(tiny_run: TrainingRun
 def test_exactly_the_expected_tags(tiny_run: TrainingRun) -> None:
     scalars = read_scalars(tiny_run.run_dir)
     adam = {f"{prefix}/{group}" for prefix in ("adam_m_norm", "adam_v_norm") for group in ADAM_GROUPS}
+    updates = {f"{prefix}/{group}" for prefix in ("update_norm", "update_ratio") for group in ADAM_GROUPS}
     tsm = {f"custom/tsm_adam_{moment}_{group}" for moment in "mv" for group in ("total", "layers.1")}
-    assert set(scalars) == PER_STEP_TAGS | X_AXIS_TAGS | {"train/param_norm"} | adam | tsm
+    reference = {"custom/ref_update_total", "custom/ref_update_layers.1", "custom/ref_update_ratio_layers.1"}
+    assert set(scalars) == PER_STEP_TAGS | X_AXIS_TAGS | {"train/param_norm"} | adam | updates | tsm | reference
 
 
 def test_one_point_per_logged_step_strictly_increasing(tiny_run: TrainingRun) -> None:
@@ -115,6 +117,22 @@ def test_adam_moment_norms_are_trainingstatemonitors_per_layer(tiny_run: Trainin
                 assert math.isclose(value, expected, rel_tol=1e-5), (moment, group, step, value, expected)
         groups = [dict(scalars[f"adam_{moment}_norm/{group}"])[8] ** 2 for group in ADAM_GROUPS[:-1]]
         assert math.isclose(sum(groups), dict(scalars[f"adam_{moment}_norm/total"])[8] ** 2, rel_tol=1e-6)
+
+
+def test_update_norms_are_the_parameter_change_over_the_step(tiny_run: TrainingRun) -> None:
+    """update_norm / update_ratio every 8 steps against the change recomputed from the network's own
+    parameters, copied by an extra_metrics hook at the end of the step before."""
+    scalars = read_scalars(tiny_run.run_dir)
+    for ours, theirs in (
+        ("update_norm/total", "custom/ref_update_total"),
+        ("update_norm/layers.1", "custom/ref_update_layers.1"),
+        ("update_ratio/layers.1", "custom/ref_update_ratio_layers.1"),
+    ):
+        assert [step for step, _ in scalars[ours]] == [step for step, _ in scalars[theirs]] == [8, 16, 24, 32]
+        for (step, value), (_, expected) in zip(scalars[ours], scalars[theirs], strict=True):
+            assert value > 0 and math.isclose(value, expected, rel_tol=1e-4), (ours, step, value, expected)
+    groups = [dict(scalars[f"update_norm/{group}"])[16] ** 2 for group in ADAM_GROUPS[:-1]]
+    assert math.isclose(sum(groups), dict(scalars["update_norm/total"])[16] ** 2, rel_tol=1e-6)
 
 
 def test_x_axis_variants_count_samples_and_tokens(tiny_run: TrainingRun) -> None:

@@ -41,3 +41,32 @@ def mindformers_adam_norms(cb_params):
         layer = [norm for key, norm in norms.items() if ".layers.1." in key]
         values[f"custom/tsm_adam_{name}_layers.1"] = math.sqrt(sum(norm**2 for norm in layer))
     return values
+
+
+_BEFORE_STEP: dict[str, object] = {}
+
+
+def reference_update_norms(cb_params):
+    """The parameter change over every 8th step recomputed from the network's own parameters: copied at
+    the end of the step before, compared at the step's end (over the parameters the optimizer updates, and
+    over layer 1's)."""
+    import math
+
+    import numpy as np
+
+    step = cb_params.cur_step_num
+    params = (cb_params.optimizer or cb_params.network.optimizer).parameters
+    if step % 8 == 7:
+        _BEFORE_STEP.clear()
+        _BEFORE_STEP.update({p.name: np.array(p.asnumpy(), dtype=np.float64, copy=True) for p in params})
+        return {}
+    if step % 8 or not _BEFORE_STEP:
+        return {}
+    changes = {p.name: float(np.sum((p.asnumpy().astype(np.float64) - _BEFORE_STEP[p.name]) ** 2)) for p in params}
+    layer = [value for name, value in changes.items() if ".layers.1." in name]
+    layer_weight = sum(float(np.sum(old**2)) for name, old in _BEFORE_STEP.items() if ".layers.1." in name)
+    return {
+        "custom/ref_update_total": math.sqrt(sum(changes.values())),
+        "custom/ref_update_layers.1": math.sqrt(sum(layer)),
+        "custom/ref_update_ratio_layers.1": math.sqrt(sum(layer) / layer_weight),
+    }
