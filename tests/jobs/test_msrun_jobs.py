@@ -456,8 +456,11 @@ def test_without_per_rank_runs_the_main_run_names_the_slowest_ranks(tmp_path: Pa
     job = _small_job(tmp_path, tiny_data, per_rank_limit=1, topk_ranks=2)  # world size 2 > limit: "auto" is off
     assert not [p for p in job.run_dir.iterdir() if p.is_dir()]
     main = read_scalars(job.run_dir)
-    assert [(s, v) for s, v in main["ranks/slowest_1_rank"]] == [(4, 1.0), (8, 1.0)]
-    assert [v for _, v in main["ranks/slowest_2_rank"]] == [0.0, 0.0]
+    # Steps 1-4 include graph compilation, whose time differs between ranks by more than the sleep on a
+    # loaded machine: the steady interval (5-8) names the slow rank.
+    assert [s for s, _ in main["ranks/slowest_1_rank"]] == [4, 8]
+    assert main["ranks/slowest_1_rank"][-1] == (8, 1.0)
+    assert main["ranks/slowest_2_rank"][-1] == (8, 0.0)
     assert all(value > 150 for _, value in main["ranks/slowest_1_step_time_ms"])  # the 150 ms sleep
 
 
