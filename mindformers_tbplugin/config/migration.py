@@ -43,8 +43,13 @@ STATE_OUTPUTS: dict[str, tuple[str, str | None]] = {
         "adam_m_norm/<layer> and adam_v_norm/<layer> every optimizer_state_every steps (norm_groups: param for "
         "one per parameter)",
     ),
-    "max_attention_logit_format": ("the max attention logits", None),
+    "max_attention_logit_format": (
+        "the max attention logits",
+        "attention_logit_max/<layer> and attention_logit_max/all every attention_logit_every steps (the format "
+        "keeps MindFormers' tracking on; without it, set model.model_config.track_max_attention_logit: True)",
+    ),
 }
+STABLE_RANK = "the stable rank and largest eigenvalue of chosen weights"
 
 
 @dataclass
@@ -321,6 +326,10 @@ class _Migrator:
                 self._finding("unmapped", where, f"{what}: not written by {MONITOR}; {why}")
             else:
                 self._finding("mapped", where, f"-> {instead} ({what})")
+        stable_rank = config.get("stable_rank_config")
+        if isinstance(stable_rank, dict) and _writes_tensorboard(stable_rank.get("format")):
+            why = "without the tensorboard: section MindFormers logs it instead"
+            self._finding("unmapped", "monitor_config.stable_rank_config.format", f"{STABLE_RANK}: {why}")
         options: dict[str, Any] = {}
         baseline = config.get("throughput_baseline")
         if isinstance(baseline, (int, float)) and not isinstance(baseline, bool) and baseline > 0:

@@ -28,6 +28,7 @@ class ModelOutputs:
         self.flops = flops
         self.hparams = hparams
         self.routers: RouterSet | None = None
+        self.mcore: mcore_models.McoreModel | None = None
         self._devices = devices
         self._peak = peak
         self._accumulators: Accumulators | None = None
@@ -53,6 +54,7 @@ class ModelOutputs:
         if flops is not None:
             hparams["model_flops_per_step"] = flops.flops
         outputs = cls(flops, hparams, start.topology.world_size, model_flops.peak_tflops(peak, device_name))
+        outputs.mcore = mcore
         if mcore is not None:
             outputs._read_accumulators(start, mcore, due, step_of, moe)
         return outputs

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from mindformers_tbplugin.framework import run_description
+from mindformers_tbplugin.framework.attention_logits import AttentionLogits
 from mindformers_tbplugin.framework.collectives import Collectives
 from mindformers_tbplugin.framework.eval_hook import EvalRecorder
 from mindformers_tbplugin.framework.layer_norms import LayerNorms, parameter_norm
@@ -77,6 +78,12 @@ class MonitorSession:
         )
         moe = (options.moe_every, options.moe_record_budget)
         self.outputs = ModelOutputs.for_training(start, self._accumulators_due, step_of, moe, options.peak_tflops)
+        mcore = self.outputs.mcore
+        self.attention_logits = (
+            AttentionLogits.of_model(mcore.config, mcore.model, start.eval_callbacks)
+            if mcore is not None and options.attention_logit_every and writes_model
+            else None
+        )
         self.writer: RunWriter | None = None  # the main run (writing rank only)
         self.rank_run_dir: Path | None = None
         self.resumed_from: int | None = None  # the restored step, when this run continues another
@@ -138,8 +145,9 @@ class MonitorSession:
         logger.info("%s: %s", NAME, topology.describe())
         if self.layer_norms is not None:
             logger.info("%s: %s", NAME, self.layer_norms.describe())
-        if self.optimizer_state is not None:
-            logger.info("%s: %s", NAME, self.optimizer_state.describe())
+        for reader in (self.optimizer_state, self.attention_logits):
+            if reader is not None:
+                logger.info("%s: %s", NAME, reader.describe())
         logger.info("%s: %s", NAME, self.outputs.describe())
         if self.writer is not None:
             logger.info("%s: writing %s. View it: mftb tensorboard %s", NAME, self.run_dir, self.log_root)
@@ -155,6 +163,8 @@ class MonitorSession:
             every["grad_hist_every"] = options.grad_hist_every
         if self.outputs.routers is not None:
             every["moe_every"] = options.moe_every
+        if self.attention_logits is not None:
+            every["attention_logit_every"] = options.attention_logit_every
         said = [schedules.never_logs(options.log_every, first, final_step)]
         said += schedules.never_due(every, first, final_step)
         if any(said):
@@ -177,6 +187,8 @@ class MonitorSession:
         self.outputs.step_began(step)
         if self.updates is not None and self._due(step, self.options.optimizer_state_every):
             self.guard("update_norm", self.updates.step_began, step)
+        if self.attention_logits is not None and self._due(step, self.options.attention_logit_every):
+            self.guard("attention_logit_max", self.attention_logits.step_began)
 
     def step_ended(self, step_end: StepEnd) -> None:
         # Runs at every step: kept to few Python-level operations (see BENCHMARKS.md).
@@ -217,6 +229,9 @@ class MonitorSession:
                 model.update(self.optimizer_state.tags())
             if self.updates is not None:
                 model.update(self.updates.tags(step))
+        every = self.options.attention_logit_every
+        if self.attention_logits is not None and step // every > self._last_logged_step // every:
+            model.update(self.attention_logits.tags())
         for extra in self.extra:
             self._add_extra(extra, step_end.hook_args, step_metrics)
         self.router.log_step(step_metrics)

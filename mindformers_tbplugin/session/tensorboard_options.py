@@ -103,6 +103,11 @@ class TensorBoardOptions:
             TrainingStateMonitor's ``optimizer_state_format``, and the step's parameter change per group
             (``update_norm/<group>``, ``update_ratio/<group>``: over the group's parameter norm);
             0 turns them off. Optimizers without Adam moments write no moment norms.
+        attention_logit_every: Every this many steps, an mcore model's largest attention logit per
+            layer (``attention_logit_max/<group>``, over the layer's heads) and over all layers
+            (``attention_logit_max/all``), as TrainingStateMonitor's ``max_attention_logit_format``; only
+            when the model tracks it (``model.model_config.track_max_attention_logit: True``, or the
+            Muon optimizer); 0 turns it off.
         throughput_baseline: Samples per second per device at which the job scales linearly (the
             per-device throughput of a reference run); ``perf/linearity`` is the job's samples per
             second per device over it, as TrainingStateMonitor's ``throughput_linearity``; null or 0: off.
@@ -142,6 +147,7 @@ class TensorBoardOptions:
     dead_expert_fraction: Annotated[float, Range(min=0, max=1)] = 0.1
     peak_tflops: Annotated[float | str | None, PEAK] = "auto"
     optimizer_state_every: Annotated[int, Range(min=0)] = 100
+    attention_logit_every: Annotated[int, Range(min=0)] = 10
     throughput_baseline: Annotated[float | None, Range(min=0)] = None
 
     @classmethod

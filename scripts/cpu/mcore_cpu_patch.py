@@ -15,7 +15,9 @@ compute. Paths are those of the installed mindformers 1.9.0 package; T = mindfor
    mcore attention, SelfAttention and MLA, uses it as core_attention (gpt_layer_specs.py:80, :177);
    training_graph has no other core attention. Replaced by softmax(q k^T * scale + mask) v on the
    BNSD layout, which `use_flash_attention: True` selects when there is no context parallel, no TND
-   and no mask compression (mindformers/parallel_core/transformer_config.py:2063-2074).
+   and no mask compression (mindformers/parallel_core/transformer_config.py:2063-2074). With
+   `track_max_attention_logit` it also keeps the kernel's per-head running max of the scaled, masked
+   logits in `max_logits_val` (what FlashAttention.construct takes from FlashAttentionScore's softmax_max).
 3. Outer (RoPE, "Unsupported op [Outer] on CPU", T/base_models/common/embeddings/
    rotary_pos_embedding.py:75, :132; YaRN inherits it): a broadcast multiply.
 4. Embedding backward ("Unsupported op [EmbeddingDenseBackward] on CPU", mint.nn.functional.embedding
@@ -94,6 +96,9 @@ def _attention_construct(
     scores = self.cpu_bmm_qk(q, k) * self.cpu_scale  # B N S S
     if attention_mask is not None:  # 1 = masked out
         scores = scores + self.cpu_cast(attention_mask, ms.float32) * -1e9
+    if self.track_max_attention_logit:  # per head: max over batch, queries and keys
+        step_max = self.cpu_reduce_max(scores, (0, 2, 3))
+        self.cpu_assign(self.max_logits_val, self.cpu_maximum(self.max_logits_val, step_max))
     probs = self.cpu_softmax(scores)
     out = self.cpu_bmm_pv(probs, v)  # B N S Dv
     out = self.cpu_transpose(out, (2, 0, 1, 3))  # S B N Dv
@@ -244,6 +249,11 @@ def apply():
         self.cpu_bmm_qk = P.BatchMatMul(transpose_b=True)
         self.cpu_bmm_pv = P.BatchMatMul()
         self.cpu_softmax = P.Softmax(axis=-1)
+        self.track_max_attention_logit = getattr(self, "track_max_attention_logit", False)  # not in MindFormers 1.7/1.8
+        if self.track_max_attention_logit:
+            self.cpu_reduce_max = P.ReduceMax()
+            self.cpu_maximum = P.Maximum()
+            self.cpu_assign = P.Assign()
 
     flash_attention.FlashAttention.__init__ = fa_init_cpu
     flash_attention.FlashAttention.construct = _attention_construct

@@ -208,6 +208,25 @@ def test_throughput_baseline_becomes_the_monitors_and_writes_perf_linearity(tmp_
     )
 
 
+def test_attention_logits_are_mapped_and_stable_rank_has_no_equivalent(tmp_path: Path) -> None:
+    stable_rank = "    stable_rank_config:\n      format: ['tensorboard']\n      step_interval: 50\n"
+    text = QWEN3.read_text().replace(
+        "    optimizer_state_format: null\n", f"    max_attention_logit_format: ['tensorboard']\n{stable_rank}"
+    )
+    source = tmp_path / "logits.yaml"
+    source.write_text(text)
+    result = migrate(source, "-o", tmp_path / "out.yaml")
+    assert result.returncode == 0, result.stderr
+    assert (
+        "mapped: monitor_config.max_attention_logit_format (line 160): -> attention_logit_max/<layer> and "
+        "attention_logit_max/all every attention_logit_every steps" in result.stdout
+    )
+    assert (
+        "no equivalent: monitor_config.stable_rank_config.format (line 162): the stable rank and largest "
+        "eigenvalue of chosen weights" in result.stdout
+    )
+
+
 # -- MindFormers master: the PyNative trainer's monitor.tensorboard, and the loss parts -----------------
 PYNATIVE_SECTION = [
     "  tensorboard:\n",

@@ -70,3 +70,20 @@ def reference_update_norms(cb_params):
         "custom/ref_update_layers.1": math.sqrt(sum(layer)),
         "custom/ref_update_ratio_layers.1": math.sqrt(sum(layer) / layer_weight),
     }
+
+
+def mindformers_attention_logit_max(cb_params):
+    """MindFormers' own max attention logits (``get_max_attention_logit``, what TrainingStateMonitor's
+    ``max_attention_logit_format`` writes as ``max_attention_logit/max``), over every layer and head, and
+    over layer 1's heads, every 4 steps."""
+    import numpy as np
+    from mindformers.wrapper.wrapper import get_real_models
+
+    if cb_params.cur_step_num % 4:
+        return {}
+    logits = get_real_models(cb_params.train_network).get_max_attention_logit()
+    layer = [value.asnumpy() for name, value in logits.items() if ".layers.1." in name and "mtp" not in name]
+    return {
+        "custom/mf_attention_logit_max": float(max(np.max(value.asnumpy()) for value in logits.values())),
+        "custom/mf_attention_logit_max_layers.1": float(np.max(layer)),
+    }

@@ -31,6 +31,20 @@ PARTS = ("train/loss_lm", "train/loss_mtp", "train/loss_aux", "train/loss_indexe
 STEPS = 16  # 64 samples, batch 4
 
 
+def _tracks_attention_logits() -> bool:
+    """Whether this MindFormers' mcore attention can track its max attention logit (1.9 on)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("mindformers")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    source = Path(next(iter(spec.submodule_search_locations)), "parallel_core", "transformer_config.py")
+    return source.is_file() and "track_max_attention_logit" in source.read_text()
+
+
+TRACKS_ATTENTION_LOGITS = _tracks_attention_logits()
+
+
 @pytest.fixture(scope="session")
 def mcore_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("mcore_data") / "mcore_xy.mindrecord"
@@ -108,10 +122,40 @@ def mf_expert_loads(mf_tb: Path) -> dict[str, dict[int, list[float]]]:
 @pytest.fixture(scope="module")
 def deepseek3(tmp_path_factory: pytest.TempPathFactory, mcore_data: Path) -> tuple[Path, str]:
     folder = tmp_path_factory.mktemp("deepseek3")
-    config = mcore_config("deepseek3", folder, mcore_data)
+    tracking: list[str] = []
+    monitor: dict[str, object] = {}
+    if TRACKS_ATTENTION_LOGITS:  # MindFormers' own switch; nothing resets it (no Muon, no MaxLogitsMonitor)
+        tracking = ["--model.model_config.track_max_attention_logit", "True"]
+        monitor = {
+            "attention_logit_every": 4,
+            "extra_metrics": ["custom_metrics_helpers:mindformers_attention_logit_max"],
+        }
+    config = mcore_config("deepseek3", folder, mcore_data, **monitor)
     mf_writer = ["--tensorboard.tensorboard_dir", str(folder / "mf_tb"), "--tensorboard.log_timers_to_tensorboard"]
-    output = train_mcore(config, folder, *mf_writer, "True", "--tensorboard.log_expert_load_to_tensorboard", "True")
+    mf_writer += ["True", "--tensorboard.log_expert_load_to_tensorboard", "True"]
+    output = train_mcore(config, folder, *mf_writer, *tracking)
     return folder, output
+
+
+@pytest.mark.skipif(not TRACKS_ATTENTION_LOGITS, reason="this MindFormers' attention keeps no max logit")
+def test_deepseek3_attention_logit_max_is_mindformers_own(deepseek3: tuple[Path, str]) -> None:
+    """attention_logit_max every 4 steps against MindFormers' get_max_attention_logit at the same steps
+    (what TrainingStateMonitor's max_attention_logit_format writes), read by an extra_metrics hook; the
+    monitor zeroes the running max at those steps' begin, so each value is its step's own."""
+    folder, output = deepseek3
+    scalars = read_scalars(run_dirs(folder / "tb")[0])
+    layers = {tag for tag in scalars if tag.startswith("attention_logit_max/")}
+    assert layers == {
+        f"attention_logit_max/{group}" for group in ("layers.0", "layers.1", "layers.2", "mtp.layers.0", "all")
+    }
+    for ours, theirs in (
+        ("all", "custom/mf_attention_logit_max"),
+        ("layers.1", "custom/mf_attention_logit_max_layers.1"),
+    ):
+        assert [step for step, _ in scalars[f"attention_logit_max/{ours}"]] == [4, 8, 12, 16]
+        assert scalars[f"attention_logit_max/{ours}"] == scalars[theirs]
+    assert all(value > 0 for _, value in scalars["attention_logit_max/all"])
+    assert "max attention logit of 4 layers x " in output and "the monitor zeroes it at each read step" in output
 
 
 def test_deepseek3_loss_parts_add_up_to_the_loss_at_every_step(deepseek3: tuple[Path, str]) -> None:
