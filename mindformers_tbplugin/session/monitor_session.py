@@ -48,7 +48,7 @@ class MonitorSession:
     ) -> None:
         """Opens the run of the training ``start`` describes. ``folders``: the log root and the archive
         folder as the callback resolved them when it was built; ``step_of``: a hook's run context to its
-        global step."""
+        step counted from the training's first."""
         log_root, archive = folders
         self.options, self.log_root, self.archive = options, log_root, archive
         self.run: Run = training_run(start.training)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+from abc import abstractmethod
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -51,11 +52,11 @@ class RecordsPlugin(base_plugin.TBPlugin):
         self._loading: threading.Thread | None = None
         self._loading_lock = threading.Lock()
 
-    def make_store(self, logdir: Path) -> RunCatalog:
-        raise NotImplementedError
+    @abstractmethod
+    def make_store(self, logdir: Path) -> RunCatalog: ...
 
-    def run_summary(self, name: str, run: object) -> dict:
-        raise NotImplementedError
+    @abstractmethod
+    def run_summary(self, name: str, run: object) -> dict: ...
 
     def routes(self) -> dict[str, Callable]:
         """The plugin's own JSON routes, beside ``/index.js`` and ``/runs``."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,7 +112,7 @@ class Layout(Protocol):
 
 
 @dataclass
-class RecordsRun:
+class RecordsRun(ABC):
     """One run of a plugin's records, read as its files grow. A subclass names the tag, the layout class
     and how often the files are read again, and says which records it accepts and how it keeps them."""
 
@@ -131,25 +132,30 @@ class RecordsRun:
     def __post_init__(self) -> None:
         self.files = TensorRecordFiles(self.folder, self.TAG, self.PLUGIN_NAME)
 
+    @abstractmethod
     def reload_secs(self) -> float:
         """The files are read again at most this often (requests come in bursts)."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _use_layout(self, layout: Layout) -> None:
         """A writer's first record brought ``layout``; the records after it are under it."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _accepts(self, record: TensorRecord) -> bool:
         """Whether ``record`` fits the layout in force."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _store(self, batch: list[TensorRecord]) -> None:
         """Append ``batch`` (accepted records, steps increasing past the last one kept)."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _truncate(self, keep: int) -> None:
         """Keep the first ``keep`` records."""
-        raise NotImplementedError
+        ...
 
     def refresh(self) -> None:
         """Read what was appended to the run's event files since the previous call."""
