@@ -249,11 +249,14 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory, tiny_data: Path) -> Train
             "vs_tokens": True,
             "throughput_baseline": 40.0,  # samples/s per device: perf/linearity
             "optimizer_state_every": 8,
+            "stable_rank_every": 8,
+            "stable_rank_params": [r"\.attention\.w[qkvo]\.", "feed_forward"],
             "extra_metrics": [
                 "custom_metrics_helpers:step_parity",
                 "custom_metrics_helpers:batch_tokens",
                 "custom_metrics_helpers:mindformers_adam_norms",
                 "custom_metrics_helpers:reference_update_norms",
+                "custom_metrics_helpers:mindformers_stable_rank",
             ],
         },
     ]

@@ -49,7 +49,8 @@ STATE_OUTPUTS: dict[str, tuple[str, str | None]] = {
         "keeps MindFormers' tracking on; without it, set model.model_config.track_max_attention_logit: True)",
     ),
 }
-STABLE_RANK = "the stable rank and largest eigenvalue of chosen weights"
+STABLE_RANK = "weight_stable_rank/<name> and weight_eigenvalue/<name>, the same tags"
+EXPERT_MODES = ("statistics", "all", "full")
 
 
 @dataclass
@@ -326,11 +327,10 @@ class _Migrator:
                 self._finding("unmapped", where, f"{what}: not written by {MONITOR}; {why}")
             else:
                 self._finding("mapped", where, f"-> {instead} ({what})")
+        options: dict[str, Any] = {}
         stable_rank = config.get("stable_rank_config")
         if isinstance(stable_rank, dict) and _writes_tensorboard(stable_rank.get("format")):
-            why = "without the tensorboard: section MindFormers logs it instead"
-            self._finding("unmapped", "monitor_config.stable_rank_config.format", f"{STABLE_RANK}: {why}")
-        options: dict[str, Any] = {}
+            options.update(self._stable_rank(stable_rank, added))
         baseline = config.get("throughput_baseline")
         if isinstance(baseline, (int, float)) and not isinstance(baseline, bool) and baseline > 0:
             options["throughput_baseline"] = baseline
@@ -348,6 +348,30 @@ class _Migrator:
             what = "train/param_norm, the same L2 norm of the trainable parameters"
             self._mapped_option(added, "monitor_config.weight_state_format", "param_norm_every", every, what)
         return options if added else {}
+
+    def _stable_rank(self, config: dict, added: bool) -> dict[str, Any]:
+        """The options that give stable_rank_config's tags; its settings without one are listed."""
+        where = "monitor_config.stable_rank_config"
+        interval = config.get("step_interval", 100)
+        every = interval if isinstance(interval, int) and not isinstance(interval, bool) and interval >= 1 else 100
+        options: dict[str, Any] = {"stable_rank_every": every}
+        self._mapped_option(added, f"{where}.format", "stable_rank_every", every, STABLE_RANK)
+        target = config.get("target")
+        if isinstance(target, list) and target and all(isinstance(t, str) and t for t in target) and target != [".*"]:
+            options["stable_rank_params"] = target
+            self._mapped_option(added, f"{where}.target", "stable_rank_params", target, "the same regular expressions")
+        mode = config.get("moe_show_mode")
+        mode = mode[0] if isinstance(mode, list) and len(mode) == 1 else mode
+        if mode in EXPERT_MODES and mode != "statistics":
+            options["stable_rank_experts"] = mode
+            self._mapped_option(added, f"{where}.moe_show_mode", "stable_rank_experts", mode, "3-D weights' values")
+        if config.get("power_iteration_num") is not None:
+            why = "not needed: the eigenvalue is iterated to a relative 1e-6 from the previous due step's vector"
+            self._finding("unmapped", f"{where}.power_iteration_num", why)
+        if config.get("do_aggregation"):
+            why = "no equivalent: each weight's values are the writing rank's own shard's"
+            self._finding("unmapped", f"{where}.do_aggregation", why)
+        return options
 
     def _mapped_option(self, added: bool, where: str, option: str, value: Any, what: str) -> None:
         if added:

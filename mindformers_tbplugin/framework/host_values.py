@@ -77,3 +77,13 @@ def host_copy(tensor: Any) -> np.ndarray:
         if dtype is not None:
             return np.frombuffer(get_bytes(), dtype=dtype)
     return np.array(tensor.asnumpy()).reshape(-1)
+
+
+def float32_copy(param: Any) -> np.ndarray:
+    """A float32 host copy in the parameter's shape, never a view of its memory (which the next step
+    changes in place on a CPU)."""
+    if str(getattr(param, "dtype", "")) == "BFloat16":  # numpy has no bfloat16
+        from mindspore import dtype as mstype
+
+        param = param.astype(mstype.float32)
+    return np.array(param.asnumpy(), dtype=np.float32, copy=True)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from mindformers_tbplugin.framework.host_values import float32_copy
 from mindformers_tbplugin.pipeline import metrics
 from mindformers_tbplugin.pipeline.gradient_groups import GroupLayout
 
@@ -34,7 +35,7 @@ class ParameterUpdates:
 
     def step_began(self, step: int) -> None:
         """Copies the parameters as the step finds them (a due step only)."""
-        self._before = [_float32_copy(param) for param in self.params]
+        self._before = [float32_copy(param).reshape(-1) for param in self.params]
         self._step = step
 
     def tags(self, step: int) -> dict[str, float]:
@@ -45,7 +46,7 @@ class ParameterUpdates:
         changes = np.empty(len(before), dtype=np.float64)
         weights = np.empty(len(before), dtype=np.float64)
         for index, (param, old) in enumerate(zip(self.params, before, strict=True)):
-            change = _float32_copy(param)
+            change = float32_copy(param).reshape(-1)
             np.subtract(change, old, out=change)
             changes[index], weights[index] = float(np.dot(change, change)), float(np.dot(old, old))
         layout = self.layout
@@ -58,12 +59,3 @@ class ParameterUpdates:
             values[metrics.UPDATE_RATIO_PREFIX + group] = ratio
         values[metrics.UPDATE_RATIO_PREFIX + "total"] = total
         return values
-
-
-def _float32_copy(param: Any) -> np.ndarray:
-    """A flat float32 host copy, never a view of the parameter's memory (which the step then changes)."""
-    if str(getattr(param, "dtype", "")) == "BFloat16":  # numpy has no bfloat16
-        from mindspore import dtype as mstype
-
-        param = param.astype(mstype.float32)
-    return np.array(param.asnumpy(), dtype=np.float32, copy=True).reshape(-1)

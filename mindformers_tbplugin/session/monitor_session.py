@@ -21,6 +21,7 @@ from mindformers_tbplugin.framework.layer_norms import LayerNorms, parameter_nor
 from mindformers_tbplugin.framework.model_facts import loss_scale_for_pipeline
 from mindformers_tbplugin.framework.model_outputs import ModelOutputs
 from mindformers_tbplugin.framework.optimizer_state import OptimizerState
+from mindformers_tbplugin.framework.stable_rank import StableRanks
 from mindformers_tbplugin.framework.system_stats import MemoryReadings
 from mindformers_tbplugin.framework.trainers import StepEnd, TrainStart
 from mindformers_tbplugin.framework.update_norms import ParameterUpdates
@@ -36,6 +37,7 @@ from mindformers_tbplugin.tfevents.registry import get_writer, on_sigterm, remov
 from mindformers_tbplugin.tfevents.writer import RunWriter
 
 NAME = "TensorBoardMonitor"
+STABLE_RANK_WAIT_SECS = 120.0  # at the end, for the values of the last due step
 
 
 class MonitorSession:
@@ -84,6 +86,16 @@ class MonitorSession:
             if mcore is not None and options.attention_logit_every and writes_model
             else None
         )
+        self.stable_ranks = (
+            StableRanks.for_parameters(
+                start.facts.trainable_params, options.stable_rank_params or [".*"], options.stable_rank_experts
+            )
+            if options.stable_rank_every and self.topology.is_writer
+            else None
+        )
+        if options.stable_rank_every and self.topology.is_writer and self.stable_ranks is None:
+            patterns = options.stable_rank_params or [".*"]
+            logger.warning("%s: stable_rank_params %s chooses no 2-D or 3-D weight: no stable rank", NAME, patterns)
         self.writer: RunWriter | None = None  # the main run (writing rank only)
         self.rank_run_dir: Path | None = None
         self.resumed_from: int | None = None  # the restored step, when this run continues another
@@ -145,7 +157,7 @@ class MonitorSession:
         logger.info("%s: %s", NAME, topology.describe())
         if self.layer_norms is not None:
             logger.info("%s: %s", NAME, self.layer_norms.describe())
-        for reader in (self.optimizer_state, self.attention_logits):
+        for reader in (self.optimizer_state, self.attention_logits, self.stable_ranks):
             if reader is not None:
                 logger.info("%s: %s", NAME, reader.describe())
         logger.info("%s: %s", NAME, self.outputs.describe())
@@ -165,6 +177,8 @@ class MonitorSession:
             every["moe_every"] = options.moe_every
         if self.attention_logits is not None:
             every["attention_logit_every"] = options.attention_logit_every
+        if self.stable_ranks is not None:
+            every["stable_rank_every"] = options.stable_rank_every
         said = [schedules.never_logs(options.log_every, first, final_step)]
         said += schedules.never_due(every, first, final_step)
         if any(said):
@@ -232,6 +246,9 @@ class MonitorSession:
         every = self.options.attention_logit_every
         if self.attention_logits is not None and step // every > self._last_logged_step // every:
             model.update(self.attention_logits.tags())
+        every = self.options.stable_rank_every
+        if self.stable_ranks is not None and step // every > self._last_logged_step // every:
+            self.guard("stable_rank", self._measure_stable_rank, step)
         for extra in self.extra:
             self._add_extra(extra, step_end.hook_args, step_metrics)
         self.router.log_step(step_metrics)
@@ -242,6 +259,23 @@ class MonitorSession:
             self._request_stop()
         self._last_logged_step = step
         self._last_log_time = time.perf_counter()
+
+    def _measure_stable_rank(self, step: int) -> None:
+        """Copy the chosen weights for the worker thread, unless it still computes an earlier step."""
+        if self.stable_ranks.busy():
+            self._warn_once(
+                "stable_rank_busy",
+                f"{NAME}: stable rank of step {step} skipped: an earlier step's is still being computed "
+                f"(said once; a larger stable_rank_every, or fewer stable_rank_params, avoids it)",
+            )
+            return
+        self.stable_ranks.measure(step, self._write_model_values)
+
+    def _write_model_values(self, step: int, values: dict[str, float]) -> None:
+        """Values computed off the training thread for ``step``: straight to the main run."""
+        writer = self.writer
+        if writer is not None:
+            writer.add_scalars(step, values)
 
     def _due(self, step: int, every: int) -> bool:
         """Whether ``step`` (not yet ended) will be logged and is the first logged one in a new period
@@ -298,6 +332,8 @@ class MonitorSession:
         stop = self.run.stop.finish(self.step) if clean else None
         if stop is not None:
             exit_status.training_stopped_by_alert(stop.status())
+        if self.stable_ranks is not None and not self.stable_ranks.close(STABLE_RANK_WAIT_SECS if clean else 0.0):
+            logger.warning("%s: the last stable rank was still being computed at the end; not written", NAME)
         if self.writer is not None:
             status = status or (stop.status() if stop else f"completed at step {self.step}")
             self.writer.add_text(self.step, metrics.META_STATUS, status)

@@ -7,6 +7,7 @@ keyword arguments). :mod:`mindformers_tbplugin.schema` reads the field types, ra
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -16,8 +17,15 @@ from typing import Annotated, Any, Literal
 from mindformers_tbplugin.pipeline import custom_metrics
 from mindformers_tbplugin.pipeline.gradient_groups import NORM_GROUPS
 from mindformers_tbplugin.pipeline.model_flops import PEAK
-from mindformers_tbplugin.schema import NON_EMPTY_TEXT, ConfigError, Problem, Range, check_entry
+from mindformers_tbplugin.schema import NON_EMPTY_TEXT, ConfigError, Kind, Problem, Range, check_entry
 from mindformers_tbplugin.tfevents import run_folders
+
+# ``stable_rank_params``: each is also compiled (check_cross_fields), for a message naming the error.
+PATTERNS = Kind(
+    "a non-empty list of regular expressions",
+    lambda value: isinstance(value, list) and bool(value) and all(isinstance(v, str) and v for v in value),
+    {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+)
 
 
 @dataclass(frozen=True)
@@ -111,6 +119,15 @@ class TensorBoardOptions:
         throughput_baseline: Samples per second per device at which the job scales linearly (the
             per-device throughput of a reference run); ``perf/linearity`` is the job's samples per
             second per device over it, as TrainingStateMonitor's ``throughput_linearity``; null or 0: off.
+        stable_rank_every: Every this many steps, the stable rank (``weight_stable_rank/<name>``:
+            ||W||_F² over the largest eigenvalue of WᵀW) and that eigenvalue (``weight_eigenvalue/<name>``)
+            of the weights stable_rank_params chooses, as TrainingStateMonitor's ``stable_rank_config``;
+            the training thread only copies them to the host, a worker thread computes; 0 turns it off.
+        stable_rank_params: Python regular expressions: the 2-D and 3-D weights whose name one of them
+            is found in (``re.search``, as ``stable_rank_config.target``); null: every such weight.
+        stable_rank_experts: A 3-D weight (a stack of expert matrices): ``statistics`` writes
+            ``/expert_max``, ``/expert_min`` and ``/expert_mean`` of its per-expert values, ``full``
+            one value per expert (``/expert_<i>``), ``all`` both.
     """
 
     log_dir: Annotated[str | None, NON_EMPTY_TEXT] = None
@@ -149,6 +166,9 @@ class TensorBoardOptions:
     optimizer_state_every: Annotated[int, Range(min=0)] = 100
     attention_logit_every: Annotated[int, Range(min=0)] = 10
     throughput_baseline: Annotated[float | None, Range(min=0)] = None
+    stable_rank_every: Annotated[int, Range(min=0)] = 0
+    stable_rank_params: Annotated[list[str] | None, PATTERNS] = None
+    stable_rank_experts: Literal["statistics", "all", "full"] = "statistics"
 
     @classmethod
     def check_cross_fields(cls, arguments: Mapping[str, Any]) -> list[Problem]:
@@ -177,6 +197,11 @@ class TensorBoardOptions:
                     f"expected a multiple of log_every ({log_every}) or 0, got {aggregate_every}",
                 )
             )
+        for index, pattern in enumerate(arguments.get("stable_rank_params") or ()):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                problems.append(Problem(f"stable_rank_params[{index}]", f"not a regular expression: {exc}"))
         for index, reference in enumerate(arguments.get("extra_metrics") or ()):
             try:
                 custom_metrics.resolve_extra_metric(reference)

@@ -29,6 +29,12 @@ PER_STEP_TAGS = {
     "custom/batch_tokens",
 }
 ADAM_GROUPS = ("embedding", "layers.0", "layers.1", "final_norm", "head", "total")  # optimizer_state_every 8
+# stable_rank_every 8, stable_rank_params: the attention and feed-forward matrices of both layers
+MATRICES = ("attention.wq", "attention.wk", "attention.wv", "attention.wo", "feed_forward.w1", "feed_forward.w2")
+STABLE_RANK_WEIGHTS = [
+    f"model.layers.{layer}.{part}.weight" for layer in (0, 1) for part in (*MATRICES, "feed_forward.w3")
+]
+STABLE_RANK_REFERENCE = ("model.layers.1.attention.wq.weight", "model.layers.0.feed_forward.w2.weight")  # the hook's
 X_AXIS_TAGS = {"train/loss_vs_samples", "train/lr_vs_samples", "train/loss_vs_tokens", "train/lr_vs_tokens"}
 
 
@@ -59,7 +65,12 @@ def test_exactly_the_expected_tags(tiny_run: TrainingRun) -> None:
     updates = {f"{prefix}/{group}" for prefix in ("update_norm", "update_ratio") for group in ADAM_GROUPS}
     tsm = {f"custom/tsm_adam_{moment}_{group}" for moment in "mv" for group in ("total", "layers.1")}
     reference = {"custom/ref_update_total", "custom/ref_update_layers.1", "custom/ref_update_ratio_layers.1"}
-    assert set(scalars) == PER_STEP_TAGS | X_AXIS_TAGS | {"train/param_norm"} | adam | updates | tsm | reference
+    spectra = {f"weight_{kind}/{name}" for kind in ("stable_rank", "eigenvalue") for name in STABLE_RANK_WEIGHTS}
+    reference |= {
+        f"custom/mf_{kind}/{name}" for kind in ("stable_rank", "eigenvalue") for name in STABLE_RANK_REFERENCE
+    }
+    expected = PER_STEP_TAGS | X_AXIS_TAGS | {"train/param_norm"} | adam | updates | tsm | reference | spectra
+    assert set(scalars) == expected
 
 
 def test_one_point_per_logged_step_strictly_increasing(tiny_run: TrainingRun) -> None:
@@ -133,6 +144,21 @@ def test_update_norms_are_the_parameter_change_over_the_step(tiny_run: TrainingR
             assert value > 0 and math.isclose(value, expected, rel_tol=1e-4), (ours, step, value, expected)
     groups = [dict(scalars[f"update_norm/{group}"])[16] ** 2 for group in ADAM_GROUPS[:-1]]
     assert math.isclose(sum(groups), dict(scalars["update_norm/total"])[16] ** 2, rel_tol=1e-6)
+
+
+def test_stable_rank_is_mindformers_own_converged(tiny_run: TrainingRun) -> None:
+    """weight_stable_rank / weight_eigenvalue every 8 steps, computed off the training thread from the
+    due step's weights, against MindFormers' _get_stable_rank of the same weights at the same steps (an
+    extra_metrics hook, 500 power iterations)."""
+    scalars = read_scalars(tiny_run.run_dir)
+    for name in STABLE_RANK_REFERENCE:
+        for kind in ("stable_rank", "eigenvalue"):
+            ours, theirs = scalars[f"weight_{kind}/{name}"], scalars[f"custom/mf_{kind}/{name}"]
+            assert [step for step, _ in ours] == [step for step, _ in theirs] == [8, 16, 24, 32]
+            for (step, value), (_, expected) in zip(ours, theirs, strict=True):
+                assert value > 0 and math.isclose(value, expected, rel_tol=1e-3), (kind, name, step, value, expected)
+    changes = [value for _, value in scalars[f"weight_eigenvalue/{STABLE_RANK_REFERENCE[0]}"]]
+    assert len(set(changes)) == 4  # each due step's own weights, not one copy four times
 
 
 def test_x_axis_variants_count_samples_and_tokens(tiny_run: TrainingRun) -> None:

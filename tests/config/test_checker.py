@@ -74,6 +74,13 @@ CASES: dict[str, tuple[int, list[str]]] = {
         1,
         ["callbacks[1].sinks[1].command (line 7): program '/opt/oncall/page.sh' not found or not executable"],
     ),
+    "stable_rank_bad_pattern.yaml": (
+        1,
+        [
+            "callbacks[0].stable_rank_params[1] (line 4): not a regular expression: missing ), unterminated "
+            "subpattern at position 14"
+        ],
+    ),
     "out_of_range.yaml": (1, ["callbacks[0].flush_secs (line 4): expected number between 0.1 and 3600, got 0"]),
     "aggregate_not_multiple.yaml": (
         1,

@@ -208,8 +208,11 @@ def test_throughput_baseline_becomes_the_monitors_and_writes_perf_linearity(tmp_
     )
 
 
-def test_attention_logits_are_mapped_and_stable_rank_has_no_equivalent(tmp_path: Path) -> None:
-    stable_rank = "    stable_rank_config:\n      format: ['tensorboard']\n      step_interval: 50\n"
+def test_attention_logits_and_stable_rank_are_mapped(tmp_path: Path) -> None:
+    stable_rank = (
+        "    stable_rank_config:\n      format: ['tensorboard']\n      step_interval: 50\n"
+        "      target: ['self_attention', 'mlp\\.linear_fc1']\n      power_iteration_num: 8\n"
+    )
     text = QWEN3.read_text().replace(
         "    optimizer_state_format: null\n", f"    max_attention_logit_format: ['tensorboard']\n{stable_rank}"
     )
@@ -222,9 +225,17 @@ def test_attention_logits_are_mapped_and_stable_rank_has_no_equivalent(tmp_path:
         "attention_logit_max/all every attention_logit_every steps" in result.stdout
     )
     assert (
-        "no equivalent: monitor_config.stable_rank_config.format (line 162): the stable rank and largest "
-        "eigenvalue of chosen weights" in result.stdout
+        "mapped: monitor_config.stable_rank_config.format (line 162): -> stable_rank_every: 50 "
+        "(weight_stable_rank/<name> and weight_eigenvalue/<name>, the same tags)" in result.stdout
     )
+    assert "mapped: monitor_config.stable_rank_config.target (line 164): -> stable_rank_params: " in result.stdout
+    assert "no equivalent: monitor_config.stable_rank_config.power_iteration_num (line 165): not needed" in (
+        result.stdout
+    )
+    added = changed_lines(source.read_text(), (tmp_path / "out.yaml").read_text())[1]
+    assert "    stable_rank_every: 50\n" in added
+    assert "    stable_rank_params: [self_attention, mlp\\.linear_fc1]\n" in added
+    assert validate_ours(tmp_path / "out.yaml") == []
 
 
 # -- MindFormers master: the PyNative trainer's monitor.tensorboard, and the loss parts -----------------

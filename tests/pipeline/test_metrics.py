@@ -148,3 +148,13 @@ def test_step_metrics_group_values_by_kind_each_step_its_own() -> None:
     first.data[LOSS] = 1.0
     assert second.data == {}  # no dict shared between steps
     assert (first.grad_squares, first.expert_load) == (None, None)
+
+
+def test_every_tag_the_code_names_is_in_the_docs() -> None:
+    """Each tag and tag prefix of pipeline/metrics.py appears in README.md or docs/ as code (`tag...`)."""
+    from conftest import documentation
+
+    text = documentation()
+    tags = [value for name, value in vars(metrics).items() if name.isupper() and isinstance(value, str)]
+    undocumented = [tag for tag in tags if "/" in tag and f"`{tag}" not in text]
+    assert len(tags) > 40 and not undocumented
