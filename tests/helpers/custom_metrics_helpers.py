@@ -95,8 +95,17 @@ STABLE_RANK_REFERENCE = ("model.layers.1.attention.wq.weight", "model.layers.0.f
 def mindformers_stable_rank(cb_params):
     """MindFormers' own stable rank and largest eigenvalue (``_get_stable_rank``, which
     TrainingStateMonitor's ``stable_rank_config`` calls) of two weights every 8 steps, with 500 power
-    iterations instead of its default 5: converged, where 5 from a random vector are not."""
-    from mindformers.core.callback.callback import _get_stable_rank
+    iterations instead of its default 5: converged, where 5 from a random vector are not. MindFormers 1.7
+    has no stable rank: there, numpy's singular values of the same weights."""
+    import numpy as np
+
+    try:
+        from mindformers.core.callback.callback import _get_stable_rank
+    except ImportError:
+
+        def _get_stable_rank(param, _):
+            singular = np.linalg.svd(param.asnumpy().astype(np.float64), compute_uv=False)
+            return np.sum(singular**2) / singular[0] ** 2, singular[0] ** 2
 
     if cb_params.cur_step_num % 8:
         return {}
