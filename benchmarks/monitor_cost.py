@@ -101,9 +101,10 @@ def analyse(record: dict) -> ProbeResult:
     )
 
 
-def run_probe(ranks: int, steps: int, data: Path, model: str = LLAMA) -> ProbeResult:
+def run_probe(ranks: int, steps: int, data: Path, model: str = LLAMA, options: dict | None = None) -> ProbeResult:
     """One probe training (``ranks`` > 1: an msrun job, data parallel); rank 0's result. ``model``: the tiny
-    LLaMA, or the tiny DeepSeek-V3 (mcore, MoE + MTP; its monitor options as bundled: loss parts, moe_every 1)."""
+    LLaMA, or the tiny DeepSeek-V3 (mcore, MoE + MTP; its monitor options as bundled: loss parts, moe_every 1).
+    ``options``: TensorBoardMonitor options over those."""
     with tempfile.TemporaryDirectory(prefix="mftb-bench-probe-") as name:
         folder = Path(name)
         base = DEEPSEEK3 if model == DEEPSEEK3_NAME else TINY if ranks == 1 else TINY_DP2
@@ -113,6 +114,7 @@ def run_probe(ranks: int, steps: int, data: Path, model: str = LLAMA) -> ProbeRe
         if model == DEEPSEEK3_NAME:
             (bundled,) = [entry for entry in config["callbacks"] if entry["type"] == "TensorBoardMonitor"]
             monitor = {**{k: v for k, v in bundled.items() if k != "type"}, **monitor}
+        monitor.update(options or {})
         probe = {
             "type": "OverheadProbe",
             "auto_register": "overhead_probe.OverheadProbe",
@@ -175,7 +177,7 @@ def markdown_section(quick: bool) -> tuple[str, list[str]]:
         "second), is measured and added.",
         "",
         "| model | ranks | training | steps | step ms off | step ms on | on vs off (median of group ratios) "
-        "| 95% interval | groups | writer threads CPU µs/step | inside step_end median µs | mean µs |",
+        "| 95% interval | groups | writer threads CPU µs/step | inside step_begin + step_end median µs | mean µs |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     verdicts, missed = [], []

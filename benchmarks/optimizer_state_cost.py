@@ -1,4 +1,5 @@
-"""Training-thread cost of one optimizer-state step: Adam's moment norms per layer group.
+"""Training-thread cost of one optimizer-state step: Adam's moment norms and the parameter change per
+layer group.
 
 Every ``optimizer_state_every`` steps (default 100) TensorBoardMonitor computes each moment's squared
 L2 norm and groups them (``OptimizerState.tags``): on a device with one norm op per moment and one host
@@ -7,7 +8,9 @@ TrainingStateMonitor (``optimizer_state_format``) takes
 ``param.norm().item()`` per moment (``_get_optimizer_state``: one host read each). Both run here on the
 same MindSpore Parameters (CPU) for the tiny LLaMA's 21 parameters and a synthetic 80-layer LLaMA's 723,
 its matrices scaled down to hidden 256 (the per-parameter overheads, which dominate on a device; a real
-70B model's moments do not fit this machine). Variants alternate round by round in one process.
+70B model's moments do not fit this machine). At the same steps ``update_norm/*`` copies the parameters
+at the step's begin and end (``ParameterUpdates``): both copies and the difference are timed together.
+Variants alternate round by round in one process.
 
 python -m benchmarks.optimizer_state_cost [--quick]
 """
@@ -27,6 +30,7 @@ from benchmarks.layer_norms import PARAMETER_LISTS
 HIDDEN, VOCAB = 256, 1024
 OURS = "mftb OptimizerState.tags (on a CPU: numpy over the moments in place)"
 THEIRS = "TrainingStateMonitor _get_optimizer_state (norm().item() per moment)"
+UPDATES = "mftb ParameterUpdates: update_norm/update_ratio (host copy at begin and end, difference)"
 
 
 def _shape(name: str) -> tuple[int, ...]:
@@ -48,22 +52,30 @@ def _optimizer(names: list[str]) -> SimpleNamespace:
             for name in names
         )
 
-    return SimpleNamespace(exp_avg=moments("adam_m"), exp_avg_sq=moments("adam_v"))
+    return SimpleNamespace(exp_avg=moments("adam_m"), exp_avg_sq=moments("adam_v"), parameters=moments("model"))
+
+
+def _parameter_change(updates: object) -> None:
+    updates.step_began(1)
+    updates.tags(1)
 
 
 def measure(quick: bool) -> list[tuple[str, int, str, float, list[float]]]:
     from mindformers.core.callback.callback import _get_optimizer_state
 
     from mindformers_tbplugin.framework.optimizer_state import OptimizerState
+    from mindformers_tbplugin.framework.update_norms import ParameterUpdates
 
     rounds, steps = (3, 5) if quick else (5, 20)
     rows = []
     for label, names in PARAMETER_LISTS.items():
         optimizer = _optimizer(names)
         state = OptimizerState.for_optimizer(optimizer, "layer")
+        updates = ParameterUpdates.for_parameters(list(optimizer.parameters), "layer")
         variants = {
             OURS: state.tags,
             THEIRS: lambda o=optimizer: (_get_optimizer_state(o.exp_avg), _get_optimizer_state(o.exp_avg_sq)),
+            UPDATES: lambda u=updates: _parameter_change(u),
         }
         per_round: dict[str, list[float]] = {name: [] for name in variants}
         for variant in variants.values():
@@ -84,12 +96,14 @@ def measure(quick: bool) -> list[tuple[str, int, str, float, list[float]]]:
 def markdown_section(quick: bool) -> tuple[str, list[str]]:
     rows = measure(quick)
     lines = [
-        "## Adam moment norms: training-thread cost of one optimizer-state step",
+        "## Adam moment norms and parameter change: training-thread cost of one optimizer-state step",
         "",
         "`optimizer_state_every` (100 by default): `adam_m_norm/<group>` and `adam_v_norm/<group>`. Both moments "
         "of every parameter, MindSpore Parameters on this CPU, matrices scaled to hidden 256 (vocabulary 1,024): "
-        "the per-parameter overheads are what is compared. Per round the median over its steps; the median (and "
-        "min-max) over rounds.",
+        "the per-parameter overheads are what is compared. At the same steps `update_norm/<group>` and "
+        "`update_ratio/<group>`: a host copy of every parameter at the step's begin and at its end, and their "
+        "difference. Per round the median over its steps; the median (and min-max) over rounds. "
+        "`python -m benchmarks.optimizer_state_cost`.",
         "",
         "| parameter list | params | variant | median ms per optimizer-state step | min-max over rounds |",
         "|---|---:|---|---:|---|",
@@ -101,10 +115,11 @@ def markdown_section(quick: bool) -> tuple[str, list[str]]:
         by_list.setdefault(label, {})[name] = median
     lines.append("")
     for label, medians in by_list.items():
-        per_step = medians[OURS] / 100 * 1e3
+        both = medians[OURS] + medians[UPDATES]
         lines.append(
-            f"- {label}: {medians[OURS]:.2f} ms every `optimizer_state_every` steps, **{per_step:.1f} µs per step** "
-            f"averaged at the default 100; TrainingStateMonitor's route {medians[THEIRS] / medians[OURS]:.1f}x."
+            f"- {label}: moment norms {medians[OURS]:.2f} ms (TrainingStateMonitor's route "
+            f"{medians[THEIRS] / medians[OURS]:.1f}x) + parameter change {medians[UPDATES]:.2f} ms = **{both:.2f} ms "
+            f"per optimizer-state step**, **{both / 100 * 1e3:.1f} µs per step** averaged at the default 100."
         )
     return "\n".join([*lines, ""]), []
 

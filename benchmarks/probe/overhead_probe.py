@@ -1,16 +1,16 @@
 """A benchmark-only callback: TensorBoardMonitor switched on and off in blocks of steps, in one training.
 
 Loaded through MindFormers' ``auto_register`` (``mftb train --register_path benchmarks/probe``). The
-probe owns a real TensorBoardMonitor and forwards MindSpore's hooks to it; a step's ``step_end`` is
-forwarded only in the "on" blocks (pattern off, on, on, off, repeated, so that a linear drift of the
-machine's speed cancels within each group of four). Every step's start time is stamped, so step ``s``
+probe owns a real TensorBoardMonitor and forwards MindSpore's hooks to it; a step's ``step_begin`` and
+``step_end`` are forwarded only in the "on" blocks (pattern off, on, on, off, repeated, so that a linear
+drift of the machine's speed cancels within each group of four). Every step's start time is stamped, so step ``s``
 lasts from its start to the next one's and contains every callback's ``step_end`` of step ``s``.
 The same process, compiled graph and memory layout serve both variants, which removes the
 run-to-run noise that separate trainings carry. The pattern depends on the step alone, so under msrun
 every rank switches at the same steps and the monitor's collectives stay matched.
 
 At train end each rank writes ``<output>/rank_<id>.json``: step start stamps, which steps were on, the training-thread
-seconds spent inside the monitor's ``step_end``, and the CPU seconds the monitor's writer thread
+seconds spent inside the monitor's ``step_begin`` and ``step_end``, and the CPU seconds the monitor's writer thread
 spent from step ``warmup_steps`` to the end (after the one-off records of train begin).
 """
 
@@ -60,7 +60,8 @@ class OverheadProbe(Callback):
         )
         self.starts: list[float] = []
         self.on_steps: list[int] = []
-        self.inside_seconds: list[float] = []
+        self.inside_seconds: list[float] = []  # per "on" step: in the monitor's step_begin and step_end
+        self._begin_seconds = 0.0
 
     def __enter__(self) -> OverheadProbe:
         self.monitor.__enter__()
@@ -76,8 +77,12 @@ class OverheadProbe(Callback):
         self.monitor.on_train_begin(run_context)
 
     def on_train_step_begin(self, run_context: Any) -> None:
-        self.starts.append(time.perf_counter())
-        self.monitor.on_train_step_begin(run_context)
+        began = time.perf_counter()
+        self.starts.append(began)
+        self._begin_seconds = 0.0
+        if self._is_on(int(run_context.original_args().cur_step_num)):
+            self.monitor.on_train_step_begin(run_context)
+            self._begin_seconds = time.perf_counter() - began
 
     def on_train_step_end(self, run_context: Any) -> None:
         step = int(run_context.original_args().cur_step_num)
@@ -87,7 +92,7 @@ class OverheadProbe(Callback):
             return
         began = time.perf_counter()
         self.monitor.on_train_step_end(run_context)
-        self.inside_seconds.append(time.perf_counter() - began)
+        self.inside_seconds.append(time.perf_counter() - began + self._begin_seconds)
         self.on_steps.append(step)
 
     def on_train_end(self, run_context: Any) -> None:

@@ -92,7 +92,7 @@ def test_written_histograms_read_back_by_tensorboard(tmp_path: Path) -> None:
 
 def test_a_training_says_what_histograms_it_writes_and_when_none_will_come(tmp_path: Path, tiny_data: Path) -> None:
     callbacks = [
-        {"type": "TensorBoardMonitor", "log_dir": str(tmp_path / "tb")},
+        {"type": "TensorBoardMonitor", "log_dir": str(tmp_path / "tb"), "stable_rank_every": 500},
         {"type": "HistogramMonitor", "every_steps": 500, "include": ["*attention*"]},
     ]
     run = train(write_tiny_config(tmp_path, tiny_data, callbacks, num_samples=16), tmp_path)
@@ -105,3 +105,5 @@ def test_a_training_says_what_histograms_it_writes_and_when_none_will_come(tmp_p
     # TensorBoardMonitor says the same of its own schedules, once, with the number that would fire.
     never = "TensorBoardMonitor: param_norm_every 100 never comes due: training ends at step 8 (set 8 or less)"
     assert run.output.count(never) == 1
+    assert "stable_rank_every 500 never comes due: training ends at step 8 (set 8 or less)" in run.output
+    assert "TensorBoardMonitor: stable rank of 16 weights" in run.output  # embedding, 2 layers x 7, head

@@ -1,0 +1,79 @@
+"""The instability signals at their default schedules: training-thread time per step, with and without.
+
+``optimizer_state_every: 100`` (the default) adds Adam's moment norms and the parameter change
+(``update_norm/*``, a host copy of every parameter at the due step's begin and end) once per 100 steps;
+``attention_logit_every`` and ``stable_rank_every`` cost nothing in a model without tracking / by default.
+Two kinds of probe training of the tiny LLaMA (``benchmarks/probe/overhead_probe.py``, 1 rank), alternated:
+TensorBoardMonitor with its defaults, and with ``optimizer_state_every: 0`` (the monitor before these
+signals). The probe times the monitor's ``step_begin`` + ``step_end`` of the steps it forwards (half of
+them, in blocks), so a due step falls on one forwarded step in 50: the difference of the means, halved,
+is the cost per training step.
+
+python -m benchmarks.signals_cost [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+
+from benchmarks.monitor_cost import LLAMA, run_probe
+from benchmarks.training_overhead import make_data
+
+TARGET_US = 10.0  # training-thread µs per step more than without the signals, at the default schedules
+VARIANTS = {
+    "defaults (optimizer_state_every: 100)": {},
+    "without (optimizer_state_every: 0)": {"optimizer_state_every": 0},
+}
+
+
+def markdown_section(quick: bool) -> tuple[str, list[str]]:
+    trainings, steps = (1, 400) if quick else (3, 2000)
+    means: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    medians: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    with tempfile.TemporaryDirectory(prefix="mftb-bench-data-") as name:
+        data = make_data(Path(name), steps * 2)
+        for _ in range(trainings):
+            for variant, options in VARIANTS.items():
+                result = run_probe(1, steps, data, LLAMA, options)
+                means[variant].append(result.inside_mean_us)
+                medians[variant].append(result.inside_median_us)
+    lines = [
+        "## Instability signals at their defaults: training-thread µs per step",
+        "",
+        f"Tiny LLaMA, 1 rank, {steps} steps per training, {trainings} training(s) per variant, alternated; the "
+        "probe's time inside the monitor's `step_begin` + `step_end` on the steps it forwards (half of them): "
+        "median and mean per training, and the median of those over trainings. Due steps (every 100) fall on "
+        "one forwarded step in 50, so the extra per training step is half the difference of the means. "
+        "`python -m benchmarks.signals_cost`.",
+        "",
+        "| variant | median µs (per training) | mean µs (per training) | mean µs, median over trainings |",
+        "|---|---|---|---:|",
+    ]
+    for variant in VARIANTS:
+        per_median = ", ".join(f"{value:.1f}" for value in medians[variant])
+        per_mean = ", ".join(f"{value:.1f}" for value in means[variant])
+        lines.append(f"| {variant} | {per_median} | {per_mean} | {statistics.median(means[variant]):.1f} |")
+    with_signals, without = (statistics.median(means[variant]) for variant in VARIANTS)
+    extra = (with_signals - without) / 2
+    verdict = (
+        f"the signals at their defaults cost **{extra:+.1f} µs per training step** (target <= +{TARGET_US:.0f} µs)"
+    )
+    lines += ["", f"- Tiny LLaMA: {verdict} (target <= +{TARGET_US:.0f} µs).", ""]
+    if quick:
+        lines += ["One short training per variant (`--quick`): indicative, not a verdict.", ""]
+    missed = [f"instability signals at defaults, tiny LLaMA: {extra:+.1f} µs > +{TARGET_US:.0f} µs"]
+    return "\n".join(lines), missed if extra > TARGET_US and not quick else []
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.signals_cost", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="one short training per variant")
+    args = parser.parse_args(argv)
+    print(markdown_section(args.quick)[0])
+
+
+if __name__ == "__main__":
+    main()
