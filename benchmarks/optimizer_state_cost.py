@@ -9,7 +9,7 @@ TrainingStateMonitor (``optimizer_state_format``) takes
 same MindSpore Parameters (CPU) for the tiny LLaMA's 21 parameters and a synthetic 80-layer LLaMA's 723,
 its matrices scaled down to hidden 256 (the per-parameter overheads, which dominate on a device; a real
 70B model's moments do not fit this machine). At the same steps ``update_norm/*`` copies the parameters
-at the step's begin and end (``ParameterUpdates``): both copies and the difference are timed together.
+at the step's begin and subtracts them from the values at its end (``ParameterUpdates``): timed together.
 Variants alternate round by round in one process.
 
 python -m benchmarks.optimizer_state_cost [--quick]
@@ -30,7 +30,7 @@ from benchmarks.layer_norms import PARAMETER_LISTS
 HIDDEN, VOCAB = 256, 1024
 OURS = "mftb OptimizerState.tags (on a CPU: numpy over the moments in place)"
 THEIRS = "TrainingStateMonitor _get_optimizer_state (norm().item() per moment)"
-UPDATES = "mftb ParameterUpdates: update_norm/update_ratio (host copy at begin and end, difference)"
+UPDATES = "mftb ParameterUpdates: update_norm/update_ratio (host copy at begin, difference at end)"
 
 
 def _shape(name: str) -> tuple[int, ...]:
@@ -101,8 +101,8 @@ def markdown_section(quick: bool) -> tuple[str, list[str]]:
         "`optimizer_state_every` (100 by default): `adam_m_norm/<group>` and `adam_v_norm/<group>`. Both moments "
         "of every parameter, MindSpore Parameters on this CPU, matrices scaled to hidden 256 (vocabulary 1,024): "
         "the per-parameter overheads are what is compared. At the same steps `update_norm/<group>` and "
-        "`update_ratio/<group>`: a host copy of every parameter at the step's begin and at its end, and their "
-        "difference. Per round the median over its steps; the median (and min-max) over rounds. "
+        "`update_ratio/<group>`: a host copy of every parameter at the step's begin, subtracted from the "
+        "values at its end. Per round the median over its steps; the median (and min-max) over rounds. "
         "`python -m benchmarks.optimizer_state_cost`.",
         "",
         "| parameter list | params | variant | median ms per optimizer-state step | min-max over rounds |",

@@ -79,11 +79,13 @@ def host_copy(tensor: Any) -> np.ndarray:
     return np.array(tensor.asnumpy()).reshape(-1)
 
 
-def float32_copy(param: Any) -> np.ndarray:
+def float32_copy(param: Any, copy: bool = True) -> np.ndarray:
     """A float32 host copy in the parameter's shape, never a view of its memory (which the next step
-    changes in place on a CPU)."""
+    changes in place on a CPU); ``copy=False``: a view where the parameter's memory is host memory
+    already, for reading it now."""
     if str(getattr(param, "dtype", "")) == "BFloat16":  # numpy has no bfloat16
         from mindspore import dtype as mstype
 
         param = param.astype(mstype.float32)
-    return np.array(param.asnumpy(), dtype=np.float32, copy=True)
+    values = param.asnumpy()
+    return np.array(values, dtype=np.float32, copy=True) if copy else np.asarray(values, dtype=np.float32)

@@ -2,9 +2,10 @@
 L2 norm of (parameters after the step - parameters before it), ``update_ratio/<group>`` that norm over
 the norm of the parameters before the step; ``/total`` over all trainable parameters.
 
-A due step's parameters are copied to the host at its begin and compared with a second host copy at its
-end (float32), only on the steps ``optimizer_state_every`` chooses: the device keeps no second copy of
-the weights (which could exhaust its memory at a peak), and between due steps nothing is kept.
+A due step's parameters are copied to the host at its begin and subtracted, in that copy, from their
+values at its end (read in place where the parameters are host memory, a host copy otherwise; float32),
+only on the steps ``optimizer_state_every`` chooses: the device keeps no second copy of the weights
+(which could exhaust its memory at a peak), and between due steps nothing is kept.
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ class ParameterUpdates:
         changes = np.empty(len(before), dtype=np.float64)
         weights = np.empty(len(before), dtype=np.float64)
         for index, (param, old) in enumerate(zip(self.params, before, strict=True)):
-            change = float32_copy(param).reshape(-1)
-            np.subtract(change, old, out=change)
-            changes[index], weights[index] = float(np.dot(change, change)), float(np.dot(old, old))
+            weights[index] = float(np.dot(old, old))
+            change = np.subtract(float32_copy(param, copy=False).reshape(-1), old, out=old)  # old is not needed again
+            changes[index] = float(np.dot(change, change))
         layout = self.layout
         change_squares, weight_squares = layout.group_squares(changes), layout.group_squares(weights)
         values = layout.tags(metrics.UPDATE_NORM_PREFIX, change_squares, metrics.UPDATE_NORM_PREFIX + "total")
