@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Literal
 
 import numpy as np
@@ -55,8 +54,7 @@ class StableRanks:
     def __init__(self, params: Sequence[Any], experts: ExpertValues) -> None:
         self.params, self.experts = list(params), experts
         self._vectors: dict[str, list[np.ndarray | None]] = {}
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mftb-stable-rank")
-        self._running: Future | None = None
+        self._running: threading.Thread | None = None  # a daemon: a process that ends never waits for it
         self._lock = threading.Lock()
         self._warn_once = WarnOnce()
 
@@ -79,14 +77,17 @@ class StableRanks:
 
     def busy(self) -> bool:
         """Whether the previous due step's values are still being computed."""
-        return self._running is not None and not self._running.done()
+        return self._running is not None and self._running.is_alive()
 
     def measure(self, step: int, deliver: Callable[[int, dict[str, float]], None]) -> None:
         """Copy the weights as they are after ``step`` and compute their values on the worker thread,
         which calls ``deliver(step, values)``. The caller checks ``busy()`` first."""
         copies = [float32_copy(param) for param in self.params]
         names = [str(param.name) for param in self.params]
-        self._running = self._worker.submit(self._compute_and_deliver, step, names, copies, deliver)
+        self._running = threading.Thread(
+            target=self._compute_and_deliver, args=(step, names, copies, deliver), name="mftb-stable-rank", daemon=True
+        )
+        self._running.start()
 
     def _compute_and_deliver(
         self, step: int, names: list[str], copies: list[np.ndarray], deliver: Callable[[int, dict[str, float]], None]
@@ -131,11 +132,6 @@ class StableRanks:
     def close(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the values being computed; False when they did not come."""
         running = self._running
-        finished = True
         if running is not None:
-            try:
-                running.result(timeout=timeout)
-            except TimeoutError:
-                finished = False
-        self._worker.shutdown(wait=False, cancel_futures=True)
-        return finished
+            running.join(timeout)
+        return not self.busy()
