@@ -6,8 +6,9 @@
 Two kinds of probe training of the tiny LLaMA (``benchmarks/probe/overhead_probe.py``, 1 rank), alternated:
 TensorBoardMonitor with its defaults, and with ``optimizer_state_every: 0`` (the monitor before these
 signals). The probe times the monitor's ``step_begin`` + ``step_end`` of the steps it forwards (half of
-them, in blocks), so a due step falls on one forwarded step in 50: the difference of the means, halved,
-is the cost per training step.
+them, in blocks). The difference of the medians is the cost on an ordinary logged step (the target);
+a due step falls on one forwarded step in 50, so the difference of the means, halved, is the cost per
+training step with the optimizer-state steps averaged in.
 
 python -m benchmarks.signals_cost [--quick]
 """
@@ -45,12 +46,14 @@ def markdown_section(quick: bool) -> tuple[str, list[str]]:
         "",
         f"Tiny LLaMA, 1 rank, {steps} steps per training, {trainings} training(s) per variant, alternated; the "
         "probe's time inside the monitor's `step_begin` + `step_end` on the steps it forwards (half of them): "
-        "median and mean per training, and the median of those over trainings. Due steps (every 100) fall on "
-        "one forwarded step in 50, so the extra per training step is half the difference of the means. "
+        "median and mean per training, and the median of those over trainings. The difference of the medians "
+        "is the extra on an ordinary logged step; due steps (every 100) fall on one forwarded step in 50, so "
+        "the extra per training step with them averaged in is half the difference of the means. "
         "`python -m benchmarks.signals_cost`.",
         "",
-        "| variant | median µs (per training) | mean µs (per training) | mean µs, median over trainings |",
-        "|---|---|---|---:|",
+        "| variant | median µs (per training) | mean µs (per training) | median µs, over trainings "
+        "| mean µs, over trainings |",
+        "|---|---|---|---:|---:|",
     ]
     for variant in VARIANTS:
         per_median = ", ".join(f"{value:.1f}" for value in medians[variant])
