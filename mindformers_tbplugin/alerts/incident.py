@@ -5,6 +5,7 @@ sinks, and as Markdown under ``alerts/incident`` in the Text tab):
 
 * ``ranks``: each data-parallel rank's ``train/loss`` at the alert's step, highest first (the top
   TOP_RANKS), from the cross-rank all-reduce that already carries them; a single process: its own;
+  ``mftb watch``, which reads only the event files: the highest rank (``train/loss_max_rank``);
 * ``layers``: the gradient groups that stand out most against their recent median at that step
   (per-layer gradient norms on), as the gradient alerts' messages name them;
 * ``samples``: ``[{rank, indices}]``, the dataset rows each of those ranks read at that step, from
@@ -66,6 +67,10 @@ class IncidentRecorder:
                 self._written.popitem(last=False)
         kept.update(values)
 
+    def written(self, step: int) -> Mapping[str, float]:
+        """The values remembered for ``step`` (empty when none)."""
+        return self._written.get(step, {})
+
     def attach(self, alert: Alert) -> Alert:
         """The alert with its incident; unchanged (one warning) if building it failed: alerting goes on."""
         try:
@@ -95,6 +100,11 @@ class IncidentRecorder:
 
     def _ranks(self, step: int, written: Mapping[str, float]) -> list[dict[str, Any]]:
         losses = self._run.rank_losses_at(step)
+        if losses is None and metrics.TRAIN_LOSS_MAX_RANK in written and metrics.TRAIN_LOSS_MAX in written:
+            # the written values only (mftb watch): the highest rank's
+            return [
+                {"rank": int(written[metrics.TRAIN_LOSS_MAX_RANK]), "value": _number(written[metrics.TRAIN_LOSS_MAX])}
+            ]
         if losses is None:  # a single process (or no aggregation): the written loss is this rank's
             loss = written.get(metrics.TRAIN_LOSS)
             return [] if loss is None else [{"rank": 0, "value": _number(loss)}]

@@ -20,11 +20,11 @@ class Alert:
     severity: str
     action: str = "warn"
     run: str = ""
-    incident: dict[str, Any] | None = None  # AlertMonitor's: ranks, layers, checkpoint, resume (alerts/incident.py)
+    incident: dict[str, Any] | None = None  # ranks, layers, checkpoint, resume (alerts/incident.py)
 
     def as_dict(self) -> dict[str, Any]:
         record = asdict(self)
-        if record["incident"] is None:  # mftb watch's alerts have none: their records stay as they were
+        if record["incident"] is None:  # a stall has none: its record stays as it was
             del record["incident"]
         for key in ("value", "baseline"):  # JSON has no NaN/Inf: spell them as strings
             if isinstance(record[key], float) and not math.isfinite(record[key]):

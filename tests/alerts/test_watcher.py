@@ -64,14 +64,36 @@ def test_a_poll_reads_only_what_was_appended_and_picks_up_new_files_and_runs(tmp
     assert watcher.runs == ["a", "b"]
 
 
-def test_only_the_rules_tags_are_read_unless_a_stall_rule_needs_every_step(tmp_path: Path) -> None:
-    write(EventFile(tmp_path), {step: {LOSS: 1.0, LR: 0.1} for step in (1, 2, 3)})
+def test_only_the_rules_and_incidents_tags_are_read_unless_a_stall_rule_needs_every_step(tmp_path: Path) -> None:
+    write(EventFile(tmp_path), {step: {LOSS: 1.0, "perf/samples_per_s": 9.0} for step in (1, 2, 3)})
     watcher, _ = watcher_of(tmp_path, LOSS_ABOVE_5)
     watcher.poll()
-    assert watcher.points_read == 3  # train/loss only
+    assert watcher.points_read == 3  # train/loss only: an incident reads no throughput
     watcher, _ = watcher_of(tmp_path, [*LOSS_ABOVE_5, {"rule": "stall"}])
     watcher.poll()
     assert watcher.points_read == 6  # every point: each may carry a new step
+
+
+def test_an_alert_carries_the_incident_the_event_files_tell(tmp_path: Path) -> None:
+    """The highest rank, the culprit layer against its own median, the step's lr, grad norm and loss scale,
+    also when they come after the alert's point; no data rows or checkpoint (said why)."""
+    file = EventFile(tmp_path / "job")
+    groups = {"grad_norm/embedding": 5.0, "grad_norm/layers.0": 0.5, "grad_norm/layers.1": 0.4}
+    healthy = {step: {LOSS: 1.0, LR: 0.1, "train/grad_norm": 1.0, **groups} for step in range(1, 9)}
+    write(file, healthy)
+    write(file, {9: {LOSS: 9.0, "train/loss_max": 30.0, "train/loss_max_rank": 5.0}})  # the data values first
+    write(
+        file, {9: {LR: 0.1, "train/grad_norm": 40.0, "train/loss_scale": 1024.0, **groups, "grad_norm/layers.1": 39.0}}
+    )
+    watcher, alerts = watcher_of(tmp_path, LOSS_ABOVE_5)
+    assert watcher.poll() == 1
+    incident = alerts[0].incident
+    assert incident["ranks"] == [{"rank": 5, "value": 30.0}]
+    assert incident["layers"][0] == {"group": "layers.1", "grad_norm": 39.0, "times_median": 97.5}
+    assert (incident["lr"], incident["grad_norm"], incident["loss_scale"]) == (pytest.approx(0.1), 40.0, 1024.0)
+    assert incident["samples"] is None and "event files" in incident["samples_unknown"]
+    assert incident["checkpoint"] is None and incident["resume"] is None
+    assert alerts[0].as_dict()["incident"] == incident
 
 
 def test_a_run_silent_for_too_long_is_reported_once_against_the_given_clock(tmp_path: Path) -> None:
