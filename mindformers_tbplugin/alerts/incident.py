@@ -61,11 +61,18 @@ class IncidentRecorder:
     def remember(self, step: int, values: Mapping[str, float]) -> None:
         """On the training thread, every written step: a dict merge."""
         kept = self._written.get(step)
-        if kept is None:
-            kept = self._written[step] = {}
-            if len(self._written) > KEPT_STEPS:
-                self._written.popitem(last=False)
-        kept.update(values)
+        (self._new_step(step) if kept is None else kept).update(values)
+
+    def remember_value(self, step: int, tag: str, value: float) -> None:
+        """One point (``mftb watch`` reads them one by one)."""
+        kept = self._written.get(step)
+        (self._new_step(step) if kept is None else kept)[tag] = value
+
+    def _new_step(self, step: int) -> dict[str, float]:
+        kept = self._written[step] = {}
+        if len(self._written) > KEPT_STEPS:
+            self._written.popitem(last=False)
+        return kept
 
     def written(self, step: int) -> Mapping[str, float]:
         """The values remembered for ``step`` (empty when none)."""

@@ -111,7 +111,7 @@ class Watcher:
 
     def _feed(self, run: _Run, reader: EventFileReader) -> None:
         engine, incidents = run.engine, run.incidents
-        observe, progress, remember = engine.observe_point, engine.progress, incidents.remember
+        observe, progress, remember = engine.observe_point, engine.progress, incidents.remember_value
         count = 0
         for tag, step, value, wall_time in reader.read():
             count += 1
@@ -120,7 +120,7 @@ class Watcher:
                 if run.step is not None:  # the previous step's values are complete: its group norms
                     run.culprits.remember(incidents.written(run.step))
                 run.step = step
-            remember(step, {tag: value})
+            remember(step, tag, value)
             fired = observe(tag, step, value)
             if fired:
                 run.held.extend(fired)
