@@ -30,17 +30,24 @@ VARIANTS = {
 }
 
 
-def markdown_section(quick: bool) -> tuple[str, list[str]]:
-    trainings, steps = (1, 400) if quick else (3, 2000)
-    means: dict[str, list[float]] = {name: [] for name in VARIANTS}
+def measure(trainings: int, steps: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Per variant, the probe's median and mean µs of each training."""
     medians: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    means: dict[str, list[float]] = {name: [] for name in VARIANTS}
     with tempfile.TemporaryDirectory(prefix="mftb-bench-data-") as name:
         data = make_data(Path(name), steps * 2)
         for _ in range(trainings):
             for variant, options in VARIANTS.items():
                 result = run_probe(1, steps, data, LLAMA, options)
-                means[variant].append(result.inside_mean_us)
                 medians[variant].append(result.inside_median_us)
+                means[variant].append(result.inside_mean_us)
+    return medians, means
+
+
+def render(
+    steps: int, medians: dict[str, list[float]], means: dict[str, list[float]], quick: bool
+) -> tuple[str, list[str]]:
+    trainings = len(next(iter(medians.values())))
     lines = [
         "## Instability signals at their defaults: training-thread µs per step",
         "",
@@ -58,17 +65,28 @@ def markdown_section(quick: bool) -> tuple[str, list[str]]:
     for variant in VARIANTS:
         per_median = ", ".join(f"{value:.1f}" for value in medians[variant])
         per_mean = ", ".join(f"{value:.1f}" for value in means[variant])
-        lines.append(f"| {variant} | {per_median} | {per_mean} | {statistics.median(means[variant]):.1f} |")
-    with_signals, without = (statistics.median(means[variant]) for variant in VARIANTS)
-    extra = (with_signals - without) / 2
+        lines.append(
+            f"| {variant} | {per_median} | {per_mean} | {statistics.median(medians[variant]):.1f} "
+            f"| {statistics.median(means[variant]):.1f} |"
+        )
+    with_signals, without = (statistics.median(medians[variant]) for variant in VARIANTS)
+    extra = with_signals - without
+    with_mean, without_mean = (statistics.median(means[variant]) for variant in VARIANTS)
+    averaged = (with_mean - without_mean) / 2
     verdict = (
-        f"the signals at their defaults cost **{extra:+.1f} µs per training step** (target <= +{TARGET_US:.0f} µs)"
+        f"the signals at their defaults cost **{extra:+.1f} µs per ordinary logged step** (target <= "
+        f"+{TARGET_US:.0f} µs), **{averaged:+.1f} µs per training step** with the optimizer-state steps averaged in"
     )
-    lines += ["", f"- Tiny LLaMA: {verdict} (target <= +{TARGET_US:.0f} µs).", ""]
+    lines += ["", f"- Tiny LLaMA: {verdict}.", ""]
     if quick:
         lines += ["One short training per variant (`--quick`): indicative, not a verdict.", ""]
     missed = [f"instability signals at defaults, tiny LLaMA: {extra:+.1f} µs > +{TARGET_US:.0f} µs"]
     return "\n".join(lines), missed if extra > TARGET_US and not quick else []
+
+
+def markdown_section(quick: bool) -> tuple[str, list[str]]:
+    trainings, steps = (1, 400) if quick else (3, 2000)
+    return render(steps, *measure(trainings, steps), quick)
 
 
 def main(argv: list[str] | None = None) -> None:
