@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import mindspore  # noqa: F401  (first: tensorboard's protobufs loaded before it break its import)
@@ -60,7 +61,7 @@ def _parameter_change(updates: object) -> None:
     updates.tags(1)
 
 
-def measure(quick: bool) -> list[tuple[str, int, str, float, list[float]]]:
+def measure(quick: bool) -> list[Row]:
     from mindformers.core.callback.callback import _get_optimizer_state
 
     from mindformers_tbplugin.framework.optimizer_state import OptimizerState
@@ -93,6 +94,34 @@ def measure(quick: bool) -> list[tuple[str, int, str, float, list[float]]]:
     return rows
 
 
+Row = tuple[str, int, str, float, list[float]]  # parameter list, count, variant, median ms, per-round medians
+
+
+def table_lines(rows: list[Row], digits: int) -> list[str]:
+    """One table row per measurement: median and min-max over rounds, in ms."""
+    return [
+        f"| {label} | {count} | {name} | {median:.{digits}f} | {min(values):.{digits}f}-{max(values):.{digits}f} |"
+        for label, count, name, median, values in rows
+    ]
+
+
+def medians_by_list(rows: list[Row]) -> dict[str, dict[str, float]]:
+    """``{parameter list: {variant: median ms}}``."""
+    by_list: dict[str, dict[str, float]] = {}
+    for label, _, name, median, _ in rows:
+        by_list.setdefault(label, {})[name] = median
+    return by_list
+
+
+def section_main(
+    argv: list[str] | None, prog: str, doc: str | None, section: Callable[[bool], tuple[str, list[str]]]
+) -> None:
+    """``python -m benchmarks.<module> [--quick]``: print the module's section."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc)
+    parser.add_argument("--quick", action="store_true", help="fewer rounds or trainings")
+    print(section(parser.parse_args(argv).quick)[0])
+
+
 def markdown_section(quick: bool) -> tuple[str, list[str]]:
     rows = measure(quick)
     lines = [
@@ -108,13 +137,9 @@ def markdown_section(quick: bool) -> tuple[str, list[str]]:
         "| parameter list | params | variant | median ms per optimizer-state step | min-max over rounds |",
         "|---|---:|---|---:|---|",
     ]
-    for label, count, name, median, medians in rows:
-        lines.append(f"| {label} | {count} | {name} | {median:.2f} | {min(medians):.2f}-{max(medians):.2f} |")
-    by_list: dict[str, dict[str, float]] = {}
-    for label, _, name, median, _ in rows:
-        by_list.setdefault(label, {})[name] = median
+    lines += table_lines(rows, 2)
     lines.append("")
-    for label, medians in by_list.items():
+    for label, medians in medians_by_list(rows).items():
         both = medians[OURS] + medians[UPDATES]
         lines.append(
             f"- {label}: moment norms {medians[OURS]:.2f} ms (TrainingStateMonitor's route "
@@ -125,10 +150,7 @@ def markdown_section(quick: bool) -> tuple[str, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.optimizer_state_cost", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="fewer rounds")
-    args = parser.parse_args(argv)
-    print(markdown_section(args.quick)[0])
+    section_main(argv, "python -m benchmarks.optimizer_state_cost", __doc__, markdown_section)
 
 
 if __name__ == "__main__":

@@ -15,12 +15,12 @@ python -m benchmarks.signals_cost [--quick]
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 from pathlib import Path
 
 from benchmarks.monitor_cost import LLAMA, run_probe
+from benchmarks.optimizer_state_cost import section_main
 from benchmarks.training_overhead import make_data
 
 TARGET_US = 10.0  # training-thread µs per step more than without the signals, at the default schedules
@@ -90,10 +90,7 @@ def markdown_section(quick: bool) -> tuple[str, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.signals_cost", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="one short training per variant")
-    args = parser.parse_args(argv)
-    print(markdown_section(args.quick)[0])
+    section_main(argv, "python -m benchmarks.signals_cost", __doc__, markdown_section)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ python -m benchmarks.stable_rank_cost [--quick]
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import threading
 import time
@@ -22,7 +21,7 @@ import mindspore  # noqa: F401  (first: tensorboard's protobufs loaded before it
 import numpy as np
 
 from benchmarks.layer_norms import PARAMETER_LISTS
-from benchmarks.optimizer_state_cost import _shape
+from benchmarks.optimizer_state_cost import Row, _shape, medians_by_list, section_main, table_lines
 
 COPY = "mftb StableRanks.measure on the training thread (host copy of the weights)"
 FIRST = "mftb worker thread, first due step (no previous vector)"
@@ -55,7 +54,7 @@ def _due_step(ranks: object) -> tuple[float, float]:
     return (copied - start) * 1e3, (time.perf_counter() - copied) * 1e3
 
 
-def measure(quick: bool) -> list[tuple[str, int, str, float, list[float]]]:
+def measure(quick: bool) -> list[Row]:
     from mindformers.core.callback.callback import _get_stable_rank
 
     from mindformers_tbplugin.framework.stable_rank import StableRanks
@@ -100,13 +99,9 @@ def markdown_section(quick: bool) -> tuple[str, list[str]]:
         "| weights | matrices | variant | median ms per due step | min-max over rounds |",
         "|---|---:|---|---:|---|",
     ]
-    for label, count, name, median, values in rows:
-        lines.append(f"| {label} | {count} | {name} | {median:.1f} | {min(values):.1f}-{max(values):.1f} |")
-    by_list: dict[str, dict[str, float]] = {}
-    for label, _, name, median, _ in rows:
-        by_list.setdefault(label, {})[name] = median
+    lines += table_lines(rows, 1)
     lines.append("")
-    for label, medians in by_list.items():
+    for label, medians in medians_by_list(rows).items():
         lines.append(
             f"- {label}: **{medians[COPY]:.1f} ms on the training thread** per due step (TrainingStateMonitor's "
             f"route {medians[THEIRS] / medians[COPY]:.0f}x that, all of it on the training thread); the worker "
@@ -116,10 +111,7 @@ def markdown_section(quick: bool) -> tuple[str, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.stable_rank_cost", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="fewer rounds")
-    args = parser.parse_args(argv)
-    print(markdown_section(args.quick)[0])
+    section_main(argv, "python -m benchmarks.stable_rank_cost", __doc__, markdown_section)
 
 
 if __name__ == "__main__":

@@ -107,13 +107,11 @@ class IncidentRecorder:
 
     def _ranks(self, step: int, written: Mapping[str, float]) -> list[dict[str, Any]]:
         losses = self._run.rank_losses_at(step)
-        if losses is None and metrics.TRAIN_LOSS_MAX_RANK in written and metrics.TRAIN_LOSS_MAX in written:
-            # the written values only (mftb watch): the highest rank's
-            return [
-                {"rank": int(written[metrics.TRAIN_LOSS_MAX_RANK]), "value": _number(written[metrics.TRAIN_LOSS_MAX])}
-            ]
-        if losses is None:  # a single process (or no aggregation): the written loss is this rank's
-            loss = written.get(metrics.TRAIN_LOSS)
+        if losses is None:
+            rank, highest = written.get(metrics.TRAIN_LOSS_MAX_RANK), written.get(metrics.TRAIN_LOSS_MAX)
+            if rank is not None and highest is not None:  # the written values only (mftb watch): the highest
+                return [{"rank": int(rank), "value": _number(highest)}]
+            loss = written.get(metrics.TRAIN_LOSS)  # a single process (or no aggregation): this rank's
             return [] if loss is None else [{"rank": 0, "value": _number(loss)}]
         held = [(rank, value) for rank, value in enumerate(losses.tolist()) if value != -math.inf]  # -inf: none
         held.sort(key=lambda item: math.inf if math.isnan(item[1]) else item[1], reverse=True)

@@ -21,6 +21,7 @@ from mindformers_tbplugin.config.checker import CALLBACK_LISTS, UnreadableConfig
 from mindformers_tbplugin.config.report import Finding
 from mindformers_tbplugin.config.yaml_edits import Edit, Item, YamlText, child, one_line
 from mindformers_tbplugin.errors import UsageError
+from mindformers_tbplugin.pipeline import metrics
 
 MONITOR, HISTOGRAMS, ALIAS = "TensorBoardMonitor", "HistogramMonitor", "TensorBoard"
 ALIAS_KEYS = replacements.ALIAS_KEYS
@@ -50,7 +51,6 @@ STATE_OUTPUTS: dict[str, tuple[str, str | None]] = {
     ),
 }
 STABLE_RANK = "weight_stable_rank/<name> and weight_eigenvalue/<name>, the same tags"
-EXPERT_MODES = ("statistics", "all", "full")
 
 
 @dataclass
@@ -362,7 +362,7 @@ class _Migrator:
             self._mapped_option(added, f"{where}.target", "stable_rank_params", target, "the same regular expressions")
         mode = config.get("moe_show_mode")
         mode = mode[0] if isinstance(mode, list) and len(mode) == 1 else mode
-        if mode in EXPERT_MODES and mode != "statistics":
+        if mode in metrics.STABLE_RANK_EXPERT_VALUES and mode != "statistics":
             options["stable_rank_experts"] = mode
             self._mapped_option(added, f"{where}.moe_show_mode", "stable_rank_experts", mode, "3-D weights' values")
         if config.get("power_iteration_num") is not None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +26,6 @@ from mindformers_tbplugin.framework.host_values import float32_copy
 from mindformers_tbplugin.log import WarnOnce
 from mindformers_tbplugin.pipeline import metrics
 
-ExpertValues = Literal["statistics", "all", "full"]
 EXACT_UP_TO = 32  # a matrix this narrow gets all its singular values: cheaper than iterating
 TOLERANCE = 1e-6  # relative, of the largest singular value (ARPACK's tol)
 
@@ -51,17 +50,17 @@ def largest_eigenvalue(matrix: np.ndarray, start: np.ndarray | None) -> tuple[fl
 class StableRanks:
     """The chosen weights of one training, their Lanczos start vectors and the worker computing them."""
 
-    def __init__(self, params: Sequence[Any], experts: ExpertValues) -> None:
+    def __init__(self, params: Sequence[Any], experts: str) -> None:
+        """``experts``: one of metrics.STABLE_RANK_EXPERT_VALUES, what a 3-D weight writes."""
         self.params, self.experts = list(params), experts
+        self.names = [str(param.name) for param in self.params]
+        # Used by the one worker thread alive at a time (measure starts none while one runs).
         self._vectors: dict[str, list[np.ndarray | None]] = {}
         self._running: threading.Thread | None = None  # a daemon: a process that ends never waits for it
-        self._lock = threading.Lock()
         self._warn_once = WarnOnce()
 
     @classmethod
-    def for_parameters(
-        cls, params: Sequence[Any], patterns: Sequence[str], experts: ExpertValues
-    ) -> StableRanks | None:
+    def for_parameters(cls, params: Sequence[Any], patterns: Sequence[str], experts: str) -> StableRanks | None:
         """The 2-D and 3-D parameters whose name ``re.search`` finds one of ``patterns`` in (as
         TrainingStateMonitor's ``target``); None when there is none."""
         compiled = [re.compile(pattern) for pattern in patterns]
@@ -79,44 +78,45 @@ class StableRanks:
         """Whether the previous due step's values are still being computed."""
         return self._running is not None and self._running.is_alive()
 
-    def measure(self, step: int, deliver: Callable[[int, dict[str, float]], None]) -> None:
-        """Copy the weights as they are after ``step`` and compute their values on the worker thread,
-        which calls ``deliver(step, values)``. The caller checks ``busy()`` first."""
+    def measure(self, step: int, deliver: Callable[[int, dict[str, float]], None]) -> bool:
+        """Copy the weights as they are after ``step`` and compute their values on a worker thread,
+        which calls ``deliver(step, values)``; False (nothing copied) while an earlier step's run."""
+        if self.busy():
+            return False
         copies = [float32_copy(param) for param in self.params]
-        names = [str(param.name) for param in self.params]
         self._running = threading.Thread(
-            target=self._compute_and_deliver, args=(step, names, copies, deliver), name="mftb-stable-rank", daemon=True
+            target=self._compute_and_deliver, args=(step, copies, deliver), name="mftb-stable-rank", daemon=True
         )
         self._running.start()
+        return True
 
     def _compute_and_deliver(
-        self, step: int, names: list[str], copies: list[np.ndarray], deliver: Callable[[int, dict[str, float]], None]
+        self, step: int, copies: list[np.ndarray], deliver: Callable[[int, dict[str, float]], None]
     ) -> None:
         try:
-            deliver(step, self.tags(names, copies))
+            deliver(step, self.tags(copies))
         except Exception as exc:  # on the worker thread: nobody else would see it
             self._warn_once("compute", f"stable rank of step {step} not written: {exc!r}; training continues")
 
-    def tags(self, names: Sequence[str], copies: Sequence[np.ndarray]) -> dict[str, float]:
-        """``weight_stable_rank/*`` and ``weight_eigenvalue/*`` of the copies (one thread at a time: the
-        vectors carry over)."""
+    def tags(self, copies: Sequence[np.ndarray]) -> dict[str, float]:
+        """``weight_stable_rank/*`` and ``weight_eigenvalue/*`` of the copies of ``params`` (one thread at
+        a time: the start vectors carry over)."""
         values: dict[str, float] = {}
-        with self._lock:
-            for name, weight in zip(names, copies, strict=True):
-                stack = weight if weight.ndim == 3 else weight[None]
-                starts = self._vectors.get(name) or [None] * len(stack)
-                found = [largest_eigenvalue(matrix, begin) for matrix, begin in zip(stack, starts, strict=True)]
-                self._vectors[name] = [vector for _, vector in found]
-                eigenvalues = np.array([value for value, _ in found], dtype=np.float64)
-                frobenius = np.einsum("bmn,bmn->b", stack, stack, dtype=np.float64)
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    ranks = np.where(eigenvalues > 0, frobenius / eigenvalues, 0.0)
-                if weight.ndim == 2:
-                    values[metrics.WEIGHT_STABLE_RANK_PREFIX + name] = float(ranks[0])
-                    values[metrics.WEIGHT_EIGENVALUE_PREFIX + name] = float(eigenvalues[0])
-                else:
-                    values.update(self._expert_tags(metrics.WEIGHT_STABLE_RANK_PREFIX + name, ranks))
-                    values.update(self._expert_tags(metrics.WEIGHT_EIGENVALUE_PREFIX + name, eigenvalues))
+        for name, weight in zip(self.names, copies, strict=True):
+            stack = weight if weight.ndim == 3 else weight[None]
+            starts = self._vectors.get(name) or [None] * len(stack)
+            found = [largest_eigenvalue(matrix, begin) for matrix, begin in zip(stack, starts, strict=True)]
+            self._vectors[name] = [vector for _, vector in found]
+            eigenvalues = np.array([value for value, _ in found], dtype=np.float64)
+            frobenius = np.einsum("bmn,bmn->b", stack, stack, dtype=np.float64)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ranks = np.where(eigenvalues > 0, frobenius / eigenvalues, 0.0)
+            if weight.ndim == 2:
+                values[metrics.WEIGHT_STABLE_RANK_PREFIX + name] = float(ranks[0])
+                values[metrics.WEIGHT_EIGENVALUE_PREFIX + name] = float(eigenvalues[0])
+            else:
+                values.update(self._expert_tags(metrics.WEIGHT_STABLE_RANK_PREFIX + name, ranks))
+                values.update(self._expert_tags(metrics.WEIGHT_EIGENVALUE_PREFIX + name, eigenvalues))
         return values
 
     def _expert_tags(self, tag: str, per_expert: np.ndarray) -> dict[str, float]:

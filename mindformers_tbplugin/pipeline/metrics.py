@@ -69,6 +69,9 @@ ATTENTION_LOGIT_MAX_ALL = "attention_logit_max/all"  # ... and over every layer
 UPDATE_RATIO_PREFIX = "update_ratio/"  # ... over the group's parameter norm before the step
 WEIGHT_STABLE_RANK_PREFIX = "weight_stable_rank/"  # per chosen weight, every stable_rank_every steps
 WEIGHT_EIGENVALUE_PREFIX = "weight_eigenvalue/"  # ... the largest eigenvalue of WᵀW
+# What a 3-D (expert stack) weight writes (stable_rank_experts, TrainingStateMonitor's moe_show_mode):
+# the per-expert max/min/mean, every expert's value, or both.
+STABLE_RANK_EXPERT_VALUES = ("statistics", "full", "all")
 GRAD_NORM_TOTAL = "grad_norm/total"  # over all groups: the pre-reduction norm, whether clipping is on or off
 GRAD_NORM_HISTOGRAM = "grad_norm/per_param_log10"  # histogram of log10 per-parameter gradient norms
 # Mixture-of-experts routing (pipeline/expert_load.py): moe/<group>/<statistic>, and over all layers.

@@ -86,16 +86,13 @@ class MonitorSession:
             if mcore is not None and options.attention_logit_every and writes_model
             else None
         )
-        self.stable_ranks = (
-            StableRanks.for_parameters(
-                start.facts.trainable_params, options.stable_rank_params or [".*"], options.stable_rank_experts
-            )
-            if options.stable_rank_every and self.topology.is_writer
-            else None
-        )
-        if options.stable_rank_every and self.topology.is_writer and self.stable_ranks is None:
+        self.stable_ranks: StableRanks | None = None
+        if options.stable_rank_every and self.topology.is_writer:
             patterns = options.stable_rank_params or [".*"]
-            logger.warning("%s: stable_rank_params %s chooses no 2-D or 3-D weight: no stable rank", NAME, patterns)
+            params = start.facts.trainable_params
+            self.stable_ranks = StableRanks.for_parameters(params, patterns, options.stable_rank_experts)
+            if self.stable_ranks is None:
+                logger.warning("%s: stable_rank_params %s chooses no 2-D or 3-D weight: no stable rank", NAME, patterns)
         self.writer: RunWriter | None = None  # the main run (writing rank only)
         self.rank_run_dir: Path | None = None
         self.resumed_from: int | None = None  # the restored step, when this run continues another
@@ -248,7 +245,7 @@ class MonitorSession:
             model.update(self.attention_logits.tags())
         every = self.options.stable_rank_every
         if self.stable_ranks is not None and step // every > self._last_logged_step // every:
-            self.guard("stable_rank", self._measure_stable_rank, step)
+            self.guard("stable_rank", self._measure_stable_rank, self.stable_ranks, step)
         for extra in self.extra:
             self._add_extra(extra, step_end.hook_args, step_metrics)
         self.router.log_step(step_metrics)
@@ -260,16 +257,14 @@ class MonitorSession:
         self._last_logged_step = step
         self._last_log_time = time.perf_counter()
 
-    def _measure_stable_rank(self, step: int) -> None:
+    def _measure_stable_rank(self, stable_ranks: StableRanks, step: int) -> None:
         """Copy the chosen weights for the worker thread, unless it still computes an earlier step."""
-        if self.stable_ranks.busy():
+        if not stable_ranks.measure(step, self._write_model_values):
             self._warn_once(
                 "stable_rank_busy",
                 f"{NAME}: stable rank of step {step} skipped: an earlier step's is still being computed "
                 f"(said once; a larger stable_rank_every, or fewer stable_rank_params, avoids it)",
             )
-            return
-        self.stable_ranks.measure(step, self._write_model_values)
 
     def _write_model_values(self, step: int, values: dict[str, float]) -> None:
         """Values computed off the training thread for ``step``: straight to the main run."""

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from mindformers_tbplugin.pipeline import custom_metrics
+from mindformers_tbplugin.pipeline import custom_metrics, metrics
 from mindformers_tbplugin.pipeline.gradient_groups import NORM_GROUPS
 from mindformers_tbplugin.pipeline.model_flops import PEAK
 from mindformers_tbplugin.schema import NON_EMPTY_TEXT, ConfigError, Kind, Problem, Range, check_entry
@@ -168,7 +168,7 @@ class TensorBoardOptions:
     throughput_baseline: Annotated[float | None, Range(min=0)] = None
     stable_rank_every: Annotated[int, Range(min=0)] = 0
     stable_rank_params: Annotated[list[str] | None, PATTERNS] = None
-    stable_rank_experts: Literal["statistics", "all", "full"] = "statistics"
+    stable_rank_experts: Literal[metrics.STABLE_RANK_EXPERT_VALUES] = "statistics"
 
     @classmethod
     def check_cross_fields(cls, arguments: Mapping[str, Any]) -> list[Problem]:

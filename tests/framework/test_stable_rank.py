@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from mindformers_tbplugin.framework import stable_rank
 from mindformers_tbplugin.framework.stable_rank import StableRanks, largest_eigenvalue
 
 
@@ -79,7 +80,14 @@ def test_matrices_and_expert_stacks_match_the_singular_values() -> None:
     assert ranks.close(5)
 
 
-def test_the_copy_is_the_due_steps_weights_and_the_vector_carries_over() -> None:
+def test_the_copy_is_the_due_steps_weights_and_the_vector_carries_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    starts: list[np.ndarray | None] = []
+
+    def recording(matrix: np.ndarray, start: np.ndarray | None) -> tuple[float, np.ndarray | None]:
+        starts.append(None if start is None else start.copy())
+        return largest_eigenvalue(matrix, start)  # the real computation, only watched
+
+    monkeypatch.setattr(stable_rank, "largest_eigenvalue", recording)
     rng = np.random.default_rng(1)
     param = HostParameter("decoder.layers.1.mlp.linear_fc1.weight", rng.standard_normal((40, 40)).astype(np.float32))
     ranks = StableRanks.for_parameters([param], ["linear_fc"], "statistics")
@@ -89,6 +97,11 @@ def test_the_copy_is_the_due_steps_weights_and_the_vector_carries_over() -> None
     second = _computed(ranks, 10)
     assert second[f"weight_eigenvalue/{param.name}"] == pytest.approx(4 * first[f"weight_eigenvalue/{param.name}"])
     assert second[f"weight_stable_rank/{param.name}"] == pytest.approx(first[f"weight_stable_rank/{param.name}"])
+    # the first due step starts from nothing, the second from the first's top (left: a square matrix)
+    # singular vector
+    assert starts[0] is None and starts[1] is not None
+    top = np.linalg.svd(param.value.astype(np.float64))[0][:, 0]
+    assert abs(float(np.dot(starts[1], top))) == pytest.approx(1.0, abs=1e-4)
     ranks.close(5)
 
 
@@ -123,7 +136,9 @@ def test_busy_while_computing_and_close_says_whether_it_finished() -> None:
     release = threading.Event()
     param = HostParameter("w", np.eye(4, dtype=np.float32))
     ranks = StableRanks.for_parameters([param], [".*"], "statistics")
-    ranks.measure(1, lambda step, values: release.wait(30))
+    assert ranks.measure(1, lambda step, values: release.wait(30))
     assert ranks.busy()
+    assert not ranks.measure(2, lambda step, values: None)  # nothing copied while step 1's runs
     assert not ranks.close(0.05)
     release.set()
+    assert ranks.close(5)
