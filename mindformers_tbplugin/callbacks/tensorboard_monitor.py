@@ -54,12 +54,17 @@ class TensorBoardMonitor(MonitorCallback):
         self.session.run.monitor = self  # log_scalars and log_text write here
 
     def step_began(self, step: int) -> None:
-        if self.session is not None:
-            self.session.guard("step_begin", self.session.step_began, step)
+        session = self.session
+        if session is not None and step >= session.next_begin:  # most steps: nothing to do at their begin
+            session.guard("step_begin", session.step_began, step)
 
     def step_ended(self, step: StepEnd) -> None:
-        if self.session is not None and self.session.router is not None:
-            self.session.guard("step", self.session.step_ended, step)
+        session = self.session
+        if session is not None and session.router is not None:
+            try:  # session.guard, inlined: this runs at every step
+                session.step_ended(step)
+            except Exception as exc:  # monitoring never stops training
+                session.failed("step", session.step_ended, exc)
 
     def train_ended(self, failure: str | None) -> None:
         session = self.session

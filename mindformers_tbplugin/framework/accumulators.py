@@ -103,6 +103,12 @@ class Accumulators:
         due = [(self._part_family, parts_due), (self._load_family, loads_due)]
         return [family for family, is_due in due if family is not None and is_due]
 
+    @property
+    def needs_step_begin(self) -> bool:
+        """Whether a step's begin may have to read: until every family is known to be zeroed at step ends."""
+        families = (self._part_family, self._load_family)
+        return any(family is not None and family.zeroed is not True for family in families)
+
     def step_began(self, step: int) -> None:
         for family in self._families(step):
             family.begin()

@@ -79,6 +79,14 @@ def host_copy(tensor: Any) -> np.ndarray:
     return np.array(tensor.asnumpy()).reshape(-1)
 
 
+def bytes_type(tensor: Any) -> np.dtype | None:
+    """The numpy type of ``tensor.get_bytes()``'s data, or None where its bytes are not numpy's (no
+    ``get_bytes``, bfloat16): for a tensor whose type stays the same at every step, looked up once."""
+    if getattr(tensor, "get_bytes", None) is None:
+        return None
+    return _NUMPY_TYPES.get(str(getattr(tensor, "dtype", "")))
+
+
 def float32_copy(param: Any, copy: bool = True) -> np.ndarray:
     """A float32 host copy in the parameter's shape, never a view of its memory (which the next step
     changes in place on a CPU); ``copy=False``: a view where the parameter's memory is host memory

@@ -88,6 +88,12 @@ class ModelOutputs:
         )
         return f"{flops}; {self._parts} loss part(s){', ' + loads if loads else ''}"
 
+    @property
+    def needs_step_begin(self) -> bool:
+        """Whether the loss parts or expert loads may have to be read at a step's begin (until they are known
+        to be zeroed at every step end)."""
+        return self._accumulators is not None and self._accumulators.needs_step_begin
+
     def step_began(self, step: int) -> None:
         if self._accumulators is not None:
             self._accumulators.step_began(step)

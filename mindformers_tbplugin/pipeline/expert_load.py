@@ -68,26 +68,36 @@ class LoadStatistics:
         self._bias_tags = [f"{prefix}{group}/{metrics.MOE_BIAS_RANGE}" for group in routers.groups]
         self._bias_rows = [index for index, kind in enumerate(routers.kinds) if kind == EXPERT_BIAS]
 
-    def relative(self, loads: np.ndarray) -> np.ndarray:
-        """Each expert's load over its layer's mean (float32 like the routers', L x E); NaN rows for layers
-        without load."""
-        loads = np.asarray(loads, dtype=np.float32)
+    @staticmethod
+    def scale(loads: np.ndarray) -> np.ndarray:
+        """Per layer, what makes its loads (float32, L x E) relative to their mean: experts / the row's sum;
+        NaN for a layer without load (rather than a division by zero: no warning to silence, and
+        np.errstate costs as much as the division)."""
         sums = loads.sum(axis=1)
-        # NaN for an empty row rather than a division by zero: no warning to silence (np.errstate costs
-        # as much as the multiplication).
-        return loads * (np.float32(loads.shape[1]) / np.where(sums > 0, sums, np.float32(np.nan)))[:, None]
+        return np.float32(loads.shape[1]) / np.where(sums > 0, sums, np.float32(np.nan))
 
-    def scalars(self, relative: np.ndarray, bias: np.ndarray | None = None) -> dict[str, float]:
-        """The tags of one read, from :meth:`relative` loads and the expert bias (L x E, or None): the
-        numbers of :func:`layer_statistics`, computed for one read on the training thread with whole-matrix
-        reductions and plain lists zipped with the tag names (no Python loop over the layers, and the
-        dead experts counted only in the rows that have one)."""
-        violations = (relative.max(axis=1) - 1.0).tolist()
-        lowest = relative.min(axis=1)
+    def relative(self, loads: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
+        """Each expert's load over its layer's mean (float32 like the routers', L x E); NaN rows for layers
+        without load. ``scale``: :meth:`scale` of ``loads``, when already known."""
+        loads = np.asarray(loads, dtype=np.float32)
+        return loads * (self.scale(loads) if scale is None else scale)[:, None]
+
+    def scalars(self, loads: np.ndarray, bias: np.ndarray | None = None, scale: np.ndarray | None = None) -> dict:
+        """The tags of one read, from its loads and the expert bias (L x E, or None): the numbers of
+        :func:`layer_statistics`. ``scale``: :meth:`scale` of raw ``loads``; None: ``loads`` are relative
+        already. Computed for one read on the training thread with whole-matrix reductions of the loads as
+        read (a row's max and min times its scale are the relative row's, bit for bit: rounding keeps order)
+        and plain lists zipped with the tag names (no Python loop over the layers, and the dead experts
+        counted only in the rows that have one)."""
+        maxima, lowest = loads.max(axis=1), loads.min(axis=1)
+        if scale is not None:
+            maxima, lowest = maxima * scale, lowest * scale
+        violations = (maxima - 1.0).tolist()
         lows = lowest.tolist()
         dead = [0.0] * len(lows)
         for index in np.flatnonzero(lowest < self.dead_fraction).tolist():  # usually none: counted row by row
-            dead[index] = float(np.count_nonzero(relative[index] < self.dead_fraction))
+            row = loads[index] if scale is None else loads[index] * scale[index]
+            dead[index] = float(np.count_nonzero(row < self.dead_fraction))
         values = dict(zip(self._violation_tags, violations, strict=True))
         values.update(zip(self._min_tags, lows, strict=True))
         values.update(zip(self._dead_tags, dead, strict=True))

@@ -55,31 +55,45 @@ class ExpertLoadRouting:
             else None
         )
 
-    def relative(self, loads: np.ndarray) -> np.ndarray:
-        return self.statistics.relative(loads)
-
-    def written(self, step: int, relative: np.ndarray, bias: np.ndarray | None, run: RunWriter | None) -> dict:
+    def written(
+        self,
+        step: int,
+        loads: np.ndarray,
+        bias: np.ndarray | None,
+        run: RunWriter | None,
+        scale: np.ndarray | None = None,
+    ) -> dict:
         """The scalars of one read (combined over ranks, or this process's own); where ``run`` is
-        written, the record, when due, goes to its writer thread (and the loads to the alert rules)."""
+        written, the record, when due, goes to its writer thread (and the loads to the alert rules).
+        ``scale``: LoadStatistics.scale of raw ``loads`` (a process's own read); None: ``loads`` are
+        relative already (combined over ranks). Raw loads become relative only where needed: for the
+        alert rules when some listen, and for the record on the writer thread."""
         if bias is not None:
             bias = np.where(self._no_bias[:, None], np.nan, bias)
-        values = self.statistics.scalars(relative, bias)
+        values = self.statistics.scalars(loads, bias, scale)
         if run is not None:
-            if self._publish_to is not None:
+            if self._publish_to is not None and self._publish_to.wants_expert_loads:
+                relative = loads if scale is None else self.statistics.relative(loads, scale)
                 self._publish_to.publish_expert_loads(step, relative, self.statistics)
             if self._recorder is not None:  # averaged and encoded on the writer thread, in read order
-                run.add_built(step, functools.partial(self._record_event, relative, bias))
+                run.add_built(step, functools.partial(self._record_event, loads, scale, bias))
         return values
 
     def finish(self, run: RunWriter | None, step: int | None) -> None:
         """The reads of a record not yet due (end of training)."""
         if run is not None and self._recorder is not None and step is not None:
-            run.add_built(step, functools.partial(self._record_event, None, None))
+            run.add_built(step, functools.partial(self._record_event, None, None, None))
 
-    def _record_event(self, relative: np.ndarray | None, bias: np.ndarray | None, step: int, wall_time: float) -> Any:
-        """On the writer thread: the record when one is due (``relative`` None: whatever is pending), else
-        None (nothing written)."""
-        record = self._recorder.take() if relative is None else self._recorder.add(relative, bias)
+    def _record_event(
+        self, loads: np.ndarray | None, scale: np.ndarray | None, bias: np.ndarray | None, step: int, wall_time: float
+    ) -> Any:
+        """On the writer thread: the record when one is due (``loads`` None: whatever is pending), else
+        None (nothing written). ``scale`` as in :meth:`written`."""
+        if loads is None:
+            record = self._recorder.take()
+        else:
+            relative = loads if scale is None else self.statistics.relative(loads, scale)
+            record = self._recorder.add(relative, bias)
         if record is None:
             return None
         content, self._content = self._content, b""

@@ -13,7 +13,7 @@ import fnmatch
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -86,6 +86,7 @@ class GroupLayout:
     names: tuple[str, ...]
     groups: tuple[str, ...]
     index: np.ndarray  # int64, one group index per name
+    _tag_names: dict[str, tuple[str, ...]] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, names: Sequence[str], grouping: str | Sequence[str]) -> GroupLayout:
@@ -110,10 +111,13 @@ class GroupLayout:
 
     def tags(self, prefix: str, group_squares: np.ndarray, total_tag: str | None = None) -> dict[str, float]:
         """``{prefix + group: norm}``, and the norm over all groups under ``total_tag``."""
+        names = self._tag_names.get(prefix)
+        if names is None:  # built once per prefix: this runs at every logged step
+            names = self._tag_names[prefix] = tuple(prefix + group for group in self.groups)
         norms = np.sqrt(group_squares).tolist()
-        values = {prefix + group: norm for group, norm in zip(self.groups, norms, strict=True)}
+        values = dict(zip(names, norms, strict=True))
         if total_tag is not None:
-            values[total_tag] = math.sqrt(float(group_squares.sum()))
+            values[total_tag] = math.hypot(*norms)  # the square root of the squares' sum, in one call
         return values
 
 

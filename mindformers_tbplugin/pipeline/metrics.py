@@ -92,6 +92,7 @@ VS_TOKENS_SUFFIX = "_vs_tokens"
 X_AXIS_VARIANT_TAGS = (TRAIN_LOSS, TRAIN_LR)
 # Net outputs 1-4 in MindFormers' layout, after the loss.
 _OUTPUT_TAGS = (TRAIN_OVERFLOW, TRAIN_LOSS_SCALE, TRAIN_LR, TRAIN_GRAD_NORM)
+_WRAPPER_LAYOUTS = (3, 4, 5, 7)  # output counts of MindFormers' train wrappers (7: with local norms)
 
 # Tags the monitor writes by itself (for checking what alert rules watch); the families whose names
 # depend on the run are prefixes. Any other tag comes from extra_metrics or log_scalars.
@@ -173,9 +174,17 @@ def train_metrics(step: int, net_outputs: Any) -> StepMetrics:
     MindFormers' train wrappers return ``(loss, overflow, loss_scale[, lr[, global_norm[, ...]]])``
     (the layout MFLossMonitor reads); a plain MindSpore network returns the loss alone.
     """
+    if type(net_outputs) is tuple and len(net_outputs) in _WRAPPER_LAYOUTS:
+        # The common case, in as few Python-level operations as possible (see ``_scalar``).
+        try:
+            loss, *rest = [float(value.item()) for value in net_outputs[:5]]
+        except (AttributeError, TypeError, ValueError, RuntimeError):
+            pass  # an absent, non-numeric or several-element output: the general path below
+        else:
+            return StepMetrics(step, {TRAIN_LOSS: loss}, dict(zip(_OUTPUT_TAGS, rest, strict=False)))
     model: dict[str, float] = {}
     if isinstance(net_outputs, (tuple, list)):
-        if len(net_outputs) in (3, 4, 5, 7):
+        if len(net_outputs) in _WRAPPER_LAYOUTS:
             loss = _scalar(net_outputs[0])
             for tag, value in zip(_OUTPUT_TAGS, net_outputs[1:5], strict=False):
                 number = _scalar(value)

@@ -131,14 +131,17 @@ class MetricRouter:
         self._last_aggregated_step: int | None = None
         self._last_expert_step: int | None = None
         self._warn_once = WarnOnce()
+        # (suffix, x per step) of the vs_samples / vs_tokens twins written beside the step's values
+        samples, tokens = options.samples_per_step, options.tokens_per_sample
+        self._x_axes: list[tuple[str, float]] = []
+        if options.vs_samples and samples:
+            self._x_axes.append((metrics.VS_SAMPLES_SUFFIX, samples))
+        if options.vs_tokens and samples and tokens:
+            self._x_axes.append((metrics.VS_TOKENS_SUFFIX, samples * tokens))
         self.aggregations = 0
         self.stop_agreed = False  # a rank asked the job to stop (JobStop.request): every rank stops
         if self.collectives is not None:
             self.run.stop.carriers += 1
-
-    @property
-    def aggregating(self) -> bool:
-        return self.collectives is not None
 
     # -- per step ---------------------------------------------------------------------------------
     def log_step(self, step_metrics: StepMetrics) -> None:
@@ -156,9 +159,10 @@ class MetricRouter:
             self._system.add(step_metrics.system)
             self._job.add(step_metrics.system)
             self._losses.add(step, step_metrics.data.get(metrics.TRAIN_LOSS))
-        every = self.options.aggregate_every
-        if self.aggregating and step // every > self._last_aggregated_step // every:
-            self.aggregate(step)
+        if self.collectives is not None:
+            every = self.options.aggregate_every
+            if step // every > self._last_aggregated_step // every:
+                self.aggregate(step)
 
     def _add_gradient_norms(self, step_metrics: StepMetrics) -> None:
         """Group this step's per-parameter squared gradient norms: into the interval's aggregation
@@ -187,15 +191,16 @@ class MetricRouter:
     def _add_expert_load(self, step_metrics: StepMetrics) -> None:
         """A read of the routers: into the interval's aggregation, or among the step's model values."""
         loads, bias = step_metrics.expert_load
-        relative = self._experts.relative(loads)
+        loads = np.asarray(loads, dtype=np.float32)
+        scale = self._experts.statistics.scale(loads)
         if self._own_experts is not None:
-            own = self._own_experts.written(step_metrics.step, relative, bias, self.rank_run)
+            own = self._own_experts.written(step_metrics.step, loads, bias, self.rank_run, scale)
             if self._experts.aggregator is not None:  # else they reach the rank run with the model values
                 self.rank_run.add_scalars(step_metrics.step, own)
         if self._experts.aggregator is not None:
-            self._experts.aggregator.add(step_metrics.step, relative, bias)
+            self._experts.aggregator.add(step_metrics.step, self._experts.statistics.relative(loads, scale), bias)
             return
-        values = self._experts.written(step_metrics.step, relative, bias, self.main)
+        values = self._experts.written(step_metrics.step, loads, bias, self.main, scale)
         if self.topology.world_size > 1:  # one rank's local values, like the loss without aggregation
             values = {LOCAL_PREFIX + tag: value for tag, value in values.items()}
         step_metrics.model.update(values)
@@ -226,15 +231,10 @@ class MetricRouter:
     def _write_main(self, step: int, values: dict[str, float]) -> None:
         self.main.add_scalars(step, values)
         self.run.publish(step, values)
-        samples, tokens = self.options.samples_per_step, self.options.tokens_per_sample
-        if self.options.vs_samples and samples:
-            variants = metrics.x_axis_variants(values, metrics.VS_SAMPLES_SUFFIX)
+        for suffix, per_step in self._x_axes:
+            variants = metrics.x_axis_variants(values, suffix)
             if variants:
-                self.main.add_scalars(int(step * samples), variants)
-        if self.options.vs_tokens and samples and tokens:
-            variants = metrics.x_axis_variants(values, metrics.VS_TOKENS_SUFFIX)
-            if variants:
-                self.main.add_scalars(int(step * samples * tokens), variants)
+                self.main.add_scalars(int(step * per_step), variants)
 
     # -- aggregation --------------------------------------------------------------------------------
     def aggregate(self, step: int) -> None:

@@ -118,7 +118,8 @@ class Run:
 
     def publish(self, step: int, values: dict[str, float]) -> None:
         """Hand one step's written values to every listener. ``values`` must not be mutated."""
-        _call_each(self._listeners, step, values)
+        if self._listeners:  # none unless an AlertMonitor or an extra listens: this runs at every logged step
+            _call_each(self._listeners, step, values)
 
     # -- each data-parallel rank's loss at a step (the aggregation's), for incidents ---------------------
     def keep_rank_losses(self, by_step: list[tuple[int, Any]]) -> None:
@@ -135,6 +136,11 @@ class Run:
     def unsubscribe_expert_loads(self, listener: ExpertLoadListener) -> None:
         if listener in self._expert_load_listeners:
             self._expert_load_listeners.remove(listener)
+
+    @property
+    def wants_expert_loads(self) -> bool:
+        """Whether anyone listens (else a publisher can skip building the loads)."""
+        return bool(self._expert_load_listeners)
 
     def publish_expert_loads(self, step: int, relative: Any, statistics: Any) -> None:
         """The MoE layers' loads behind the ``moe/*`` values of ``step``, published just before them."""

@@ -8,7 +8,9 @@ first_step // every``; ``every`` = the training's step count always does.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+
+NEVER = float("inf")  # the next due step of no schedule
 
 
 def never_due(schedules: Mapping[str, int], first_step: int, final_step: int) -> list[str]:
@@ -29,3 +31,9 @@ def never_logs(log_every: int, first_step: int, final_step: int) -> str | None:
     if 0 < steps < log_every:
         return f"log_every {log_every} is more than this training's {steps} steps: no scalars (set {steps} or less)"
     return None
+
+
+def next_due(everys: Iterable[int], last_step: int) -> float:
+    """The first step that crosses a multiple of one of ``everys`` (each > 0) after ``last_step``, the
+    last logged one: a logged step before it has none of these schedules due."""
+    return min(((last_step // every + 1) * every for every in everys), default=NEVER)

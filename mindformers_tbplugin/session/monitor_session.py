@@ -96,6 +96,16 @@ class MonitorSession:
         self.writer: RunWriter | None = None  # the main run (writing rank only)
         self.rank_run_dir: Path | None = None
         self.resumed_from: int | None = None  # the restored step, when this run continues another
+        # What a step's begin and end check before doing more than the every-step work (see step_ended).
+        self._log_every = options.log_every
+        periodic = {name: every for name, every in self._schedules().items() if every and name != "moe_every"}
+        self._periodic_schedules = tuple(periodic.values())  # moe_every: read ahead of the step end instead
+        self._next_periodic = schedules.next_due(self._periodic_schedules, self._last_logged_step)
+        begin = {"optimizer_state_every": self.updates, "attention_logit_every": self.attention_logits}
+        self._begin_schedules = tuple(
+            periodic[name] for name, reader in begin.items() if reader is not None and name in periodic
+        )
+        self.next_begin: float = 0  # the first step_began runs: it starts the first step's clock
         self.router = self._open(start)
 
     # -- train begin -------------------------------------------------------------------------------
@@ -162,9 +172,9 @@ class MonitorSession:
             logger.info("%s: writing %s. View it: mftb tensorboard %s", NAME, self.run_dir, self.log_root)
         return router
 
-    def _warn_never_due(self, final_step: int) -> None:
-        """One warning naming every schedule of ours this training's steps never reach."""
-        options, first = self.options, self.step
+    def _schedules(self) -> dict[str, int]:
+        """``{option: every}`` of the schedules this training runs (0: off), in the order warnings name them."""
+        options = self.options
         every = {"param_norm_every": options.param_norm_every}
         if self.optimizer_state is not None or self.updates is not None:
             every["optimizer_state_every"] = options.optimizer_state_every
@@ -176,8 +186,13 @@ class MonitorSession:
             every["attention_logit_every"] = options.attention_logit_every
         if self.stable_ranks is not None:
             every["stable_rank_every"] = options.stable_rank_every
+        return every
+
+    def _warn_never_due(self, final_step: int) -> None:
+        """One warning naming every schedule of ours this training's steps never reach."""
+        options, first = self.options, self.step
         said = [schedules.never_logs(options.log_every, first, final_step)]
-        said += schedules.never_due(every, first, final_step)
+        said += schedules.never_due(self._schedules(), first, final_step)
         if any(said):
             self._warn_once("never_due", f"{NAME}: " + "; ".join(message for message in said if message))
 
@@ -193,6 +208,7 @@ class MonitorSession:
 
     # -- per step ----------------------------------------------------------------------------------
     def step_began(self, step: int) -> None:
+        """Call it only from step ``next_begin`` on: earlier steps have nothing to do here."""
         if self._last_log_time is None:
             self._last_log_time = time.perf_counter()
         self.outputs.step_began(step)
@@ -200,52 +216,51 @@ class MonitorSession:
             self.guard("update_norm", self.updates.step_began, step)
         if self.attention_logits is not None and self._due(step, self.options.attention_logit_every):
             self.guard("attention_logit_max", self.attention_logits.step_began)
+        self.next_begin = self._next_begin_work(step)
+
+    def _next_begin_work(self, step: int) -> float:
+        """The first step from which ``step_began`` may have work, after it ran at ``step``: the next one
+        while the model's accumulators may need a read there; else the first step that may cross a multiple
+        of the optimizer-state or attention-logit schedule (where ``_due`` decides)."""
+        if self.outputs.needs_step_begin:
+            return step + 1
+        last = self._last_logged_step
+        # due now: this step is logged, the next period starts after it; else the current one is still open
+        return min(
+            (((step if self._due(step, every) else last) // every + 1) * every for every in self._begin_schedules),
+            default=schedules.NEVER,
+        )
 
     def step_ended(self, step_end: StepEnd) -> None:
-        # Runs at every step: kept to few Python-level operations (see BENCHMARKS.md).
+        # Runs at every step, when the training has just evicted the interpreter's code and data from the
+        # CPU caches: every Python-level operation shows in the step time (see BENCHMARKS.md), so the
+        # periodic outputs are behind one comparison (``_next_periodic``).
         step = self.step = step_end.step
-        steps_done = step - self._last_logged_step
-        if steps_done < self.options.log_every:
+        last = self._last_logged_step
+        steps_done = step - last
+        if steps_done < self._log_every:
             return
         now = time.perf_counter()
         outputs = step_end.outputs()
         step_metrics = metrics.train_metrics(step, outputs)
         if self.layer_norms is not None:
-            squares = step_metrics.grad_squares = self.layer_norms.read(outputs)
-            if (
-                squares is not None
-                and self.writer is not None
-                and self.layer_norms.histogram_due(step, self._last_logged_step)
-            ):
-                histogram = functools.partial(histograms.gradient_norms_histogram_event, np.array(squares, np.float64))
-                self.writer.add_built(step, histogram)
-        data, model, system = step_metrics.data, step_metrics.model, step_metrics.system
+            step_metrics.grad_squares = self.layer_norms.read(outputs)
+        data, system = step_metrics.data, step_metrics.system
         if self._loss_divisor != 1.0 and metrics.TRAIN_LOSS in data:
             data[metrics.TRAIN_LOSS] /= self._loss_divisor
-        if self._static_lr is not None and metrics.TRAIN_LR not in model:
-            model[metrics.TRAIN_LR] = self._static_lr
+        if self._static_lr is not None and metrics.TRAIN_LR not in step_metrics.model:
+            step_metrics.model[metrics.TRAIN_LR] = self._static_lr
         step_time = None if self._last_log_time is None else (now - self._last_log_time) / steps_done
         if step_time is not None:
             system.update(metrics.throughput(step_time, self.facts.samples_per_step, self.facts.tokens_per_sample))
-            system.update(metrics.linearity(system, self.topology.world_size, self.options.throughput_baseline))
+            if self.options.throughput_baseline:
+                system.update(metrics.linearity(system, self.topology.world_size, self.options.throughput_baseline))
         self.outputs.add_to(step_metrics, self._loss_divisor, step_time)
         if self._memory is not None:
             system.update(self._memory.read(now))
-        every = self.options.param_norm_every
-        if every and step // every > self._last_logged_step // every:
-            model.update(parameter_norm(self.facts.trainable_params, self.layer_norms))
-        every = self.options.optimizer_state_every
-        if every and step // every > self._last_logged_step // every:
-            if self.optimizer_state is not None:
-                model.update(self.optimizer_state.tags())
-            if self.updates is not None:
-                model.update(self.updates.tags(step))
-        every = self.options.attention_logit_every
-        if self.attention_logits is not None and step // every > self._last_logged_step // every:
-            model.update(self.attention_logits.tags())
-        every = self.options.stable_rank_every
-        if self.stable_ranks is not None and step // every > self._last_logged_step // every:
-            self.guard("stable_rank", self._measure_stable_rank, self.stable_ranks, step)
+        if step >= self._next_periodic:
+            self._add_periodic(step, last, step_metrics)
+            self._next_periodic = schedules.next_due(self._periodic_schedules, step)
         for extra in self.extra:
             self._add_extra(extra, step_end.hook_args, step_metrics)
         self.router.log_step(step_metrics)
@@ -256,6 +271,29 @@ class MonitorSession:
             self._request_stop()
         self._last_logged_step = step
         self._last_log_time = time.perf_counter()
+
+    def _add_periodic(self, step: int, last: int, step_metrics: StepMetrics) -> None:
+        """The outputs on their own schedules whose period ``step`` (logged) enters since ``last``."""
+        model = step_metrics.model
+        squares = step_metrics.grad_squares
+        if squares is not None and self.writer is not None and self.layer_norms.histogram_due(step, last):
+            histogram = functools.partial(histograms.gradient_norms_histogram_event, np.array(squares, np.float64))
+            self.writer.add_built(step, histogram)
+        every = self.options.param_norm_every
+        if every and step // every > last // every:
+            model.update(parameter_norm(self.facts.trainable_params, self.layer_norms))
+        every = self.options.optimizer_state_every
+        if every and step // every > last // every:
+            if self.optimizer_state is not None:
+                model.update(self.optimizer_state.tags())
+            if self.updates is not None:
+                model.update(self.updates.tags(step))
+        every = self.options.attention_logit_every
+        if self.attention_logits is not None and step // every > last // every:
+            model.update(self.attention_logits.tags())
+        every = self.options.stable_rank_every
+        if self.stable_ranks is not None and step // every > last // every:
+            self.guard("stable_rank", self._measure_stable_rank, self.stable_ranks, step)
 
     def _measure_stable_rank(self, stable_ranks: StableRanks, step: int) -> None:
         """Copy the chosen weights for the worker thread, unless it still computes an earlier step."""
@@ -346,4 +384,8 @@ class MonitorSession:
         try:
             fn(*args)
         except Exception as exc:
-            self._warn_once(key, f"{NAME}: {exc!r} in {fn.__name__}; training continues")
+            self.failed(key, fn, exc)
+
+    def failed(self, key: str, fn: Any, exc: Exception) -> None:
+        """What :meth:`guard` says when ``fn`` raised ``exc`` (once per ``key``)."""
+        self._warn_once(key, f"{NAME}: {exc!r} in {fn.__name__}; training continues")

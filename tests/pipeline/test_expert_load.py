@@ -27,6 +27,21 @@ def test_relative_loads_are_each_expert_over_its_layers_mean() -> None:
     assert np.isnan(relative[2]).all()  # no load: a layer this rank does not hold
 
 
+def test_scalars_of_raw_loads_and_their_scale_are_those_of_the_relative_loads_bit_for_bit() -> None:
+    # A process's own read is scored as read (no relative matrix on the training thread): the same numbers.
+    statistics = LoadStatistics(ROUTERS)
+    rng = np.random.default_rng(3)
+    loads = (rng.dirichlet(np.full(4, 2.0), size=3) * 4096).astype(np.float32)
+    loads[1, 2] = 3.0  # under a tenth of the mean: a dead expert
+    loads[2] = 0.0  # a layer without load
+    bias = rng.standard_normal((3, 4)).astype(np.float32)
+    scale = statistics.scale(loads)
+    from_raw = statistics.scalars(loads, bias, scale)
+    assert from_raw == statistics.scalars(statistics.relative(loads), bias)
+    assert from_raw["moe/layers.2/dead_experts"] == 1.0 and "moe/mtp.layers.0/max_violation" not in from_raw
+    np.testing.assert_array_equal(statistics.relative(loads, scale), statistics.relative(loads))
+
+
 def test_moe_scalars_match_hand_computed_values() -> None:
     statistics = LoadStatistics(ROUTERS, dead_fraction=0.1)
     relative = statistics.relative(np.array([[0.25, 0.25, 0.25, 0.25], [0.5, 0.3, 0.18, 0.02], [0.1, 0.2, 0.3, 0.4]]))

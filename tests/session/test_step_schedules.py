@@ -1,0 +1,101 @@
+"""When a monitor's periodic outputs come due (pipeline/schedules.py): at the logged steps that cross a
+multiple of their ``every``. The monitor checks one number per step before doing any of that work (its
+next due step end, its next step begin with work), so these tests drive a real TensorBoardMonitor over
+real MindSpore Parameters with ``log_every`` > 1, where a logged step may cross a multiple or not, and
+read the written event files back with TensorBoard's reader."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+from conftest import plugin_log, read_scalars
+from mindspore import Parameter, Tensor
+
+from mindformers_tbplugin import TensorBoardMonitor
+from mindformers_tbplugin.framework.model_facts import ModelFacts
+from mindformers_tbplugin.framework.trainers import StepEnd, TrainStart
+from mindformers_tbplugin.pipeline import schedules
+from mindformers_tbplugin.pipeline.topology import Topology
+
+STEPS = 30
+LOG_EVERY = 3
+SHAPE = (4, 3)
+
+
+def _crossing(logged: list[int], every: int) -> set[int]:
+    """The rule as docs/options.md states it, computed the long way: the logged steps whose period since
+    the previous logged step holds a multiple of ``every``."""
+    due, previous = set(), 0
+    for step in logged:
+        if any(multiple % every == 0 for multiple in range(previous + 1, step + 1)):
+            due.add(step)
+        previous = step
+    return due
+
+
+def test_next_due_is_the_first_multiple_after_the_last_logged_step() -> None:
+    assert schedules.next_due((4, 10), 0) == 4
+    assert schedules.next_due((4, 10), 8) == 10  # 8 itself was due at the step that logged it
+    assert schedules.next_due((4, 10), 10) == 12
+    assert schedules.next_due((4, 10), 9) == 10
+    assert schedules.next_due((), 9) == schedules.NEVER
+
+
+def test_periodic_outputs_and_the_step_begin_copy_come_due_where_the_rule_says(tmp_path: Path) -> None:
+    weight = Parameter(Tensor(np.zeros(SHAPE, np.float32)), name="model.layers.0.attention.wq.weight")
+    head = Parameter(Tensor(np.ones(SHAPE, np.float32)), name="lm_head.weight")
+    monitor = TensorBoardMonitor(
+        log_dir=str(tmp_path / "tb"),
+        experiment="schedules",
+        log_every=LOG_EVERY,
+        aggregate_every=LOG_EVERY * 4,
+        optimizer_state_every=4,  # update_norm: a copy at the due step's begin, the change at its end
+        param_norm_every=5,
+        resume=False,
+        log_hparams=False,
+    )
+    topology = Topology(0, 1, 1, "stand_alone", False, communicating=False)
+    facts = ModelFacts(trainable_params=[weight, head])
+    start = TrainStart("classic", facts, topology, None, None, 1, STEPS, None, None, None, {}, lambda: None)
+    monitor.train_started(start)
+    for step in range(1, STEPS + 1):
+        monitor.step_began(step)
+        weight.set_data(Tensor(np.full(SHAPE, float(step), np.float32)))  # each step moves it by 1 per element
+        outputs = (2.0, False, 1.0, 0.001, 1.0)
+        monitor.step_ended(StepEnd(step, None, lambda _args, _step, outputs=outputs: outputs))
+    monitor.train_ended(None)
+    scalars = read_scalars(monitor.run_dir)
+
+    logged = list(range(LOG_EVERY, STEPS + 1, LOG_EVERY))
+    assert [step for step, _ in scalars["train/loss"]] == logged
+    param_norm_steps = [step for step, _ in scalars["train/param_norm"]]
+    assert param_norm_steps == sorted(_crossing(logged, 5)) == [6, 12, 15, 21, 27, 30]
+    update_steps = [step for step, _ in scalars["update_norm/layers.0"]]
+    assert update_steps == sorted(_crossing(logged, 4)) == [6, 9, 12, 18, 21, 24, 30]
+    # Each is the change over its own step, whose begin was copied: 1 per element of a 4 x 3 weight.
+    assert all(math.isclose(value, math.sqrt(12), rel_tol=1e-6) for _, value in scalars["update_norm/layers.0"])
+    assert all(value == 0.0 for _, value in scalars["update_norm/head"])
+
+
+def test_a_step_end_that_fails_is_said_once_and_the_next_steps_are_written(tmp_path: Path) -> None:
+    # The step end's guard is inlined in the callback (it runs at every step): still one warning, no raise.
+    monitor = TensorBoardMonitor(log_dir=str(tmp_path / "tb"), experiment="failing", log_every=1, resume=False)
+    topology = Topology(0, 1, 1, "stand_alone", False, communicating=False)
+    start = TrainStart("classic", ModelFacts(), topology, None, None, 1, 6, None, None, None, {}, lambda: None)
+    monitor.train_started(start)
+
+    def outputs(_args: object, step: int) -> tuple:
+        if step <= 3:
+            raise RuntimeError(f"device lost at step {step}")
+        return (2.0, False, 1.0, 0.001, 1.0)
+
+    with plugin_log() as messages:
+        for step in range(1, 7):
+            monitor.step_began(step)
+            monitor.step_ended(StepEnd(step, None, outputs))
+    monitor.train_ended(None)
+    said = [message for message in messages if "device lost" in message]
+    assert said == ["TensorBoardMonitor: RuntimeError('device lost at step 1') in step_ended; training continues"]
+    assert [step for step, _ in read_scalars(monitor.run_dir)["train/loss"]] == [4, 5, 6]
