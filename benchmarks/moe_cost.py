@@ -106,6 +106,14 @@ class _Model:
             accumulator.asnumpy()  # waits for the ops launched on it
 
 
+def _wrapper_outputs() -> tuple:
+    """A train wrapper's outputs as MindFormers returns them: loss, overflow, loss scale, lr, global norm."""
+    from mindspore import Tensor
+
+    scalar = np.float32
+    return (Tensor([scalar(2.5)]), Tensor(False), Tensor(scalar(1.0)), Tensor(scalar(0.001)), Tensor([scalar(1.0)]))
+
+
 def _run(variant: str, layers: int, experts: int, steps: int, folder: Path) -> float:
     """Mean µs per logged step of one variant."""
     from mindformers_tbplugin.framework.accumulators import Accumulators
@@ -130,7 +138,7 @@ def _run(variant: str, layers: int, experts: int, steps: int, folder: Path) -> f
     # The expert bias is read once per record, as the monitor does (framework/model_outputs.py).
     bias_every = expert_routing.record_reads(routers, moe_every, 1024) if with_loads else 1
     accumulators = Accumulators(model.parts, model.routers if with_loads else [], due, bias_every)
-    outputs = (2.5, False, 1.0, 0.001, 1.0)
+    outputs = _wrapper_outputs()
     clock = time.perf_counter_ns
     samples = []
     try:
