@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mindformers_tbplugin.pipeline.schedules import never_due, never_logs
+from mindformers_tbplugin.pipeline.schedules import NEVER, never_due, never_logs, next_due
 
 
 def test_a_schedule_beyond_the_last_step_is_named_with_the_number_that_would_fire() -> None:
@@ -24,3 +24,11 @@ def test_log_every_beyond_the_training_writes_no_scalars() -> None:
     assert never_logs(100, 0, 64) == "log_every 100 is more than this training's 64 steps: no scalars (set 64 or less)"
     assert never_logs(64, 0, 64) is None
     assert never_logs(10, 64, 64) is None  # nothing left to train: nothing to say
+
+
+def test_next_due_is_the_first_multiple_after_the_last_logged_step() -> None:
+    assert next_due((4, 10), 0) == 4
+    assert next_due((4, 10), 8) == 10  # 8 itself was due at the step that logged it
+    assert next_due((4, 10), 10) == 12
+    assert next_due((4, 10), 9) == 10
+    assert next_due((), 9) == NEVER

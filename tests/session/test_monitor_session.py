@@ -1,8 +1,8 @@
-"""When a monitor's periodic outputs come due (pipeline/schedules.py): at the logged steps that cross a
-multiple of their ``every``. The monitor checks one number per step before doing any of that work (its
-next due step end, its next step begin with work), so these tests drive a real TensorBoardMonitor over
-real MindSpore Parameters with ``log_every`` > 1, where a logged step may cross a multiple or not, and
-read the written event files back with TensorBoard's reader."""
+"""A training's session (session/monitor_session.py) at each step. Its periodic outputs come due at the
+logged steps that cross a multiple of their ``every`` (pipeline/schedules.py); the session checks one
+number per step before doing any of that work (its next due step end, its next step begin with work), so
+these tests drive a real TensorBoardMonitor over real MindSpore Parameters with ``log_every`` > 1, where a
+logged step may cross a multiple or not, and read the written event files back with TensorBoard's reader."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from mindspore import Parameter, Tensor
 from mindformers_tbplugin import TensorBoardMonitor
 from mindformers_tbplugin.framework.model_facts import ModelFacts
 from mindformers_tbplugin.framework.trainers import StepEnd, TrainStart
-from mindformers_tbplugin.pipeline import schedules
 from mindformers_tbplugin.pipeline.topology import Topology
 
 STEPS = 30
@@ -33,14 +32,6 @@ def _crossing(logged: list[int], every: int) -> set[int]:
             due.add(step)
         previous = step
     return due
-
-
-def test_next_due_is_the_first_multiple_after_the_last_logged_step() -> None:
-    assert schedules.next_due((4, 10), 0) == 4
-    assert schedules.next_due((4, 10), 8) == 10  # 8 itself was due at the step that logged it
-    assert schedules.next_due((4, 10), 10) == 12
-    assert schedules.next_due((4, 10), 9) == 10
-    assert schedules.next_due((), 9) == schedules.NEVER
 
 
 def test_periodic_outputs_and_the_step_begin_copy_come_due_where_the_rule_says(tmp_path: Path) -> None:
