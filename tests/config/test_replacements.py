@@ -90,7 +90,7 @@ def test_the_saving_quoted_is_the_one_benchmarks_md_measured() -> None:
         replacements.BUILTIN_COST["section_ms"],
         f"+{replacements.BUILTIN_COST['section_pct']:.2f}%",
     )
-    assert row("+ TensorBoardMonitor, log_every 1")[1] == f"+{replacements.BUILTIN_COST['monitor_pct']:.2f}%"
+    assert row("+ TensorBoardMonitor, log_every 1")[1] == f"{replacements.BUILTIN_COST['monitor_pct']:+.2f}%"
 
 
 # -- SummaryCollector -------------------------------------------------------------------------------
