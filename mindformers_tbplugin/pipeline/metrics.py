@@ -168,6 +168,17 @@ def _scalar(value: Any) -> float | None:
         return None
 
 
+def _wrapper_metrics(step: int, net_outputs: tuple) -> StepMetrics | None:
+    """The common case of :func:`train_metrics`, in as few Python-level operations as possible (see
+    ``_scalar``): every output a one-element number. None when one is absent, not a number or several
+    elements: the general path reads those."""
+    try:
+        loss, *rest = [float(value.item()) for value in net_outputs[:5]]
+    except (AttributeError, TypeError, ValueError, RuntimeError):
+        return None
+    return StepMetrics(step, {TRAIN_LOSS: loss}, dict(zip(_OUTPUT_TAGS, rest, strict=False)))
+
+
 def train_metrics(step: int, net_outputs: Any) -> StepMetrics:
     """The must-have and diagnostic training tags of one step's network outputs.
 
@@ -175,13 +186,9 @@ def train_metrics(step: int, net_outputs: Any) -> StepMetrics:
     (the layout MFLossMonitor reads); a plain MindSpore network returns the loss alone.
     """
     if type(net_outputs) is tuple and len(net_outputs) in _WRAPPER_LAYOUTS:
-        # The common case, in as few Python-level operations as possible (see ``_scalar``).
-        try:
-            loss, *rest = [float(value.item()) for value in net_outputs[:5]]
-        except (AttributeError, TypeError, ValueError, RuntimeError):
-            pass  # an absent, non-numeric or several-element output: the general path below
-        else:
-            return StepMetrics(step, {TRAIN_LOSS: loss}, dict(zip(_OUTPUT_TAGS, rest, strict=False)))
+        read = _wrapper_metrics(step, net_outputs)
+        if read is not None:
+            return read
     model: dict[str, float] = {}
     if isinstance(net_outputs, (tuple, list)):
         if len(net_outputs) in _WRAPPER_LAYOUTS:

@@ -227,7 +227,7 @@ class MonitorSession:
         last = self._last_logged_step
         # due now: this step is logged, the next period starts after it; else the current one is still open
         return min(
-            (((step if self._due(step, every) else last) // every + 1) * every for every in self._begin_schedules),
+            (schedules.next_due((every,), step if self._due(step, every) else last) for every in self._begin_schedules),
             default=schedules.NEVER,
         )
 
