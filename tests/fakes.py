@@ -79,6 +79,18 @@ class RecordingWriter:
     def add_text(self, step: int, tag: str, text: str, wall_time: float | None = None) -> None:
         self.texts.append((step, tag, text))
 
+    def add_scalars_from(self, step: int, compute: Callable[[], dict[str, float]]) -> None:
+        """Computed at once, as the writer thread would later."""
+        values = compute()
+        if values:
+            self.calls.append((step, dict(values)))
+
+    def add_built(self, step: int, build: Callable) -> None:
+        build(step, 1.0)  # run, as the writer thread would, for what it keeps; nothing recorded
+
+    def flush(self) -> bool:
+        return True
+
     def series(self, tag: str) -> list[tuple[int, float]]:
         return [(step, values[tag]) for step, values in self.calls if tag in values]
 

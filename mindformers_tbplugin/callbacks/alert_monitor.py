@@ -191,6 +191,7 @@ class AlertMonitor(MonitorCallback):
     def _finish(self) -> None:
         if self._engine is None:
             return
+        self._run.settle()  # the values still computed off the training thread (moe/*) reach the rules first
         self._run.unsubscribe(self._on_values)
         self._run.unsubscribe_expert_loads(self._experts.remember)
         for alert in map(self._incidents.attach, self._held):  # their group norms never came; no stop now

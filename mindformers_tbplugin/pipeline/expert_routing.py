@@ -3,14 +3,17 @@
 One process writes them at once. A multi-rank job with aggregation averages each layer's loads over
 the ranks that hold it in the one all-reduce per interval (``ExpertLoadAggregator``), and the writing
 rank writes them at their own steps, like the loss. Without aggregation a multi-rank job writes the
-writing rank's own values under ``local/``. Alert rules see the scalars, and the layer x expert
-loads behind them (``Run.publish_expert_loads``), on the writing rank.
+writing rank's own values under ``local/``. A read is scored on the writer thread of the run it
+goes to; alert rules see its scalars, and the layer x expert loads behind them
+(``Run.publish_expert_loads``), on the writing rank's training thread at the next logged step after
+that (``ExpertLoadRouting.deliver``), or when a listener settles the run at the end of training.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -43,57 +46,81 @@ class ExpertLoadRouting:
     ) -> None:
         """``layout``: where the moe dashboard's records are written (the writing rank's main run, or a
         rank's own run with ``rank_policy: all``); ``reads_per_interval``: the most router reads an
-        aggregation interval holds; ``publish_to``: the Run whose alert rules get the loads."""
+        aggregation interval holds; ``publish_to``: the Run whose listeners (alert rules) get the scalars
+        and the loads behind them."""
         self.statistics = LoadStatistics(routers, dead_fraction)
-        self._no_bias = np.array([kind != EXPERT_BIAS for kind in routers.kinds])
+        no_bias = np.array([kind != EXPERT_BIAS for kind in routers.kinds])
+        self._no_bias = no_bias[:, None] if no_bias.any() else None
         self._recorder = LoadRecorder(layout.reads_per_record, routers.has_bias) if layout is not None else None
         self._content = layout.content() if layout is not None else b""  # the first record's; then empty
+        self._due_record: np.ndarray | None = None  # made by the last read's scoring, for the record after it
         self._publish_to = publish_to
+        # (step, written values, relative loads or None), scored on the writer thread, for publish_to's listeners
+        self.ready: deque[tuple[int, dict[str, float], np.ndarray | None]] = deque()
         self.aggregator = (
             ExpertLoadAggregator(reads_per_interval, len(routers), routers.experts, routers.has_bias)
             if aggregating
             else None
         )
 
-    def written(
-        self,
-        step: int,
-        loads: np.ndarray,
-        bias: np.ndarray | None,
-        run: RunWriter | None,
-        scale: np.ndarray | None = None,
-    ) -> dict:
-        """The scalars of one read (combined over ranks, or this process's own); where ``run`` is
-        written, the record, when due, goes to its writer thread (and the loads to the alert rules).
-        ``scale``: LoadStatistics.scale of raw ``loads`` (a process's own read); None: ``loads`` are
-        relative already (combined over ranks). Raw loads become relative only where needed: for the
-        alert rules when some listen, and for the record on the writer thread."""
-        if bias is not None:
-            bias = np.where(self._no_bias[:, None], np.nan, bias)
-        values = self.statistics.scalars(loads, bias, scale)
-        if run is not None:
-            if self._publish_to is not None and self._publish_to.wants_expert_loads:
-                relative = loads if scale is None else self.statistics.relative(loads, scale)
+    def write(
+        self, step: int, loads: np.ndarray, bias: np.ndarray | None, run: RunWriter | None, raw: bool, prefix: str = ""
+    ) -> None:
+        """Queue one read on ``run``'s writer thread, which scores it (the ``moe/*`` scalars, tags after
+        ``prefix``) and writes the record when one is due: the training thread only hands the arrays over
+        (a read's numpy work at DeepSeek-V3's size costs it hundreds of µs in a training step's cold
+        caches). ``raw``: ``loads`` as read (a process's own); else relative already (combined over
+        ranks). The arrays must not change afterwards. Listeners of ``publish_to`` get the scored read
+        through :meth:`deliver`, on the training thread."""
+        if run is None:
+            return
+        run.add_scalars_from(step, functools.partial(self._scored, step, loads, bias, raw, prefix))
+        if self._recorder is not None:
+            run.add_built(step, self._due_record_event)
+
+    def deliver(self) -> None:
+        """On the training thread: hand the reads scored since the last call to the listeners, each at
+        its own step, the loads just before their scalars (alert rules on ``moe/*`` see a read within a
+        second of its step: the writer thread's wake)."""
+        while self.ready:
+            step, values, relative = self.ready.popleft()
+            if relative is not None:
                 self._publish_to.publish_expert_loads(step, relative, self.statistics)
-            if self._recorder is not None:  # averaged and encoded on the writer thread, in read order
-                run.add_built(step, functools.partial(self._record_event, loads, scale, bias))
-        return values
+            self._publish_to.publish(step, values)
 
     def finish(self, run: RunWriter | None, step: int | None) -> None:
         """The reads of a record not yet due (end of training)."""
         if run is not None and self._recorder is not None and step is not None:
-            run.add_built(step, functools.partial(self._record_event, None, None, None))
+            run.add_built(step, self._pending_record_event)
 
-    def _record_event(
-        self, loads: np.ndarray | None, scale: np.ndarray | None, bias: np.ndarray | None, step: int, wall_time: float
-    ) -> Any:
-        """On the writer thread: the record when one is due (``loads`` None: whatever is pending), else
-        None (nothing written). ``scale`` as in :meth:`written`."""
-        if loads is None:
-            record = self._recorder.take()
-        else:
+    # -- on the writer thread, in the order queued -----------------------------------------------------
+    def _scored(self, step: int, loads: np.ndarray, bias: np.ndarray | None, raw: bool, prefix: str) -> dict:
+        loads = np.asarray(loads, dtype=np.float32)
+        scale = self.statistics.scale(loads) if raw else None
+        if bias is not None and self._no_bias is not None:
+            bias = np.where(self._no_bias, np.nan, bias)
+        values = self.statistics.scalars(loads, bias, scale)
+        if prefix:
+            values = {prefix + tag: value for tag, value in values.items()}
+        listening = self._publish_to is not None and self._publish_to.listening
+        relative = None
+        if self._recorder is not None or (listening and self._publish_to.wants_expert_loads):
             relative = loads if scale is None else self.statistics.relative(loads, scale)
-            record = self._recorder.add(relative, bias)
+        if self._recorder is not None:
+            self._due_record = self._recorder.add(relative, bias)
+        if listening:
+            self.ready.append((step, values, relative if self._publish_to.wants_expert_loads else None))
+        return values
+
+    def _due_record_event(self, step: int, wall_time: float) -> bytes | None:
+        record, self._due_record = self._due_record, None
+        return self._record_event(record, step, wall_time)
+
+    def _pending_record_event(self, step: int, wall_time: float) -> bytes | None:
+        return self._record_event(self._recorder.take(), step, wall_time)
+
+    def _record_event(self, record: np.ndarray | None, step: int, wall_time: float) -> bytes | None:
+        """The record (None: nothing to write), the layout in the first one written."""
         if record is None:
             return None
         content, self._content = self._content, b""

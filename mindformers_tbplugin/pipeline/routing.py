@@ -142,6 +142,8 @@ class MetricRouter:
         self.stop_agreed = False  # a rank asked the job to stop (JobStop.request): every rank stops
         if self.collectives is not None:
             self.run.stop.carriers += 1
+        if self._experts is not None:
+            self.run.on_settle(self._settle_expert_loads)
 
     # -- per step ---------------------------------------------------------------------------------
     def log_step(self, step_metrics: StepMetrics) -> None:
@@ -151,9 +153,12 @@ class MetricRouter:
             self._last_aggregated_step = step - 1
         if self.options.gradient_groups is not None:
             self._add_gradient_norms(step_metrics)
-        if self._experts is not None and step_metrics.expert_load is not None:
-            self._last_expert_step = step
-            self._add_expert_load(step_metrics)
+        if self._experts is not None:
+            if self._experts.ready:  # reads scored on the writer thread since the last logged step
+                self._experts.deliver()
+            if step_metrics.expert_load is not None:
+                self._last_expert_step = step
+                self._add_expert_load(step_metrics)
         self._write(step_metrics)
         if self._system is not None:
             self._system.add(step_metrics.system)
@@ -189,21 +194,18 @@ class MetricRouter:
             step_metrics.model.update(norms)
 
     def _add_expert_load(self, step_metrics: StepMetrics) -> None:
-        """A read of the routers: into the interval's aggregation, or among the step's model values."""
-        loads, bias = step_metrics.expert_load
-        loads = np.asarray(loads, dtype=np.float32)
-        scale = self._experts.statistics.scale(loads)
+        """A read of the routers: into the interval's aggregation, or to the writer threads of the runs
+        it is written to (``local/`` in the main run of a multi-rank job without aggregation)."""
+        step, (loads, bias) = step_metrics.step, step_metrics.expert_load
         if self._own_experts is not None:
-            own = self._own_experts.written(step_metrics.step, loads, bias, self.rank_run, scale)
-            if self._experts.aggregator is not None:  # else they reach the rank run with the model values
-                self.rank_run.add_scalars(step_metrics.step, own)
+            self._own_experts.write(step, loads, bias, self.rank_run, raw=True)
         if self._experts.aggregator is not None:
-            self._experts.aggregator.add(step_metrics.step, self._experts.statistics.relative(loads, scale), bias)
+            statistics = self._experts.statistics
+            loads = np.asarray(loads, dtype=np.float32)
+            self._experts.aggregator.add(step, statistics.relative(loads, statistics.scale(loads)), bias)
             return
-        values = self._experts.written(step_metrics.step, loads, bias, self.main, scale)
-        if self.topology.world_size > 1:  # one rank's local values, like the loss without aggregation
-            values = {LOCAL_PREFIX + tag: value for tag, value in values.items()}
-        step_metrics.model.update(values)
+        prefix = LOCAL_PREFIX if self.topology.world_size > 1 else ""
+        self._experts.write(step, loads, bias, self.main, raw=True, prefix=prefix)
 
     def log_values(self, step: int, values: dict[str, float], kind: MetricKind) -> None:
         """Custom values (log_scalars) at ``step``, treated like built-in metrics of ``kind``. Never
@@ -263,8 +265,7 @@ class MetricRouter:
         for load_step, relative, bias in (
             experts.unpack(reduced[loads_start:losses_start]) if experts is not None else ()
         ):
-            values = self._experts.written(load_step, relative, bias, self.main)
-            combined.setdefault(load_step, {}).update(values)
+            self._experts.write(load_step, relative, bias, self.main, raw=False)
         by_rank = self._losses.unpack(reduced[losses_start:-1])
         self.run.keep_rank_losses(by_rank.by_step)  # before the values of their steps reach the alert rules
         for loss_step, values in by_rank.highest:
@@ -366,8 +367,16 @@ class MetricRouter:
         )
 
     def _finish_expert_records(self) -> None:
-        """The moe records of reads not yet in one (no collective needed)."""
+        """The moe records of reads not yet in one (no collective needed), and every read scored to the
+        listeners."""
         if self._experts is not None:
             self._experts.finish(self.main, self._last_expert_step)
+            self._settle_expert_loads()
         if self._own_experts is not None:
             self._own_experts.finish(self.rank_run, self._last_expert_step)
+
+    def _settle_expert_loads(self) -> None:
+        """Wait for the writer thread to score the reads queued so far, and publish them."""
+        if self.main is not None and self.run.listening:
+            self.main.flush()
+        self._experts.deliver()

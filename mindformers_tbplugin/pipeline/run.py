@@ -105,6 +105,7 @@ class Run:
         self.stop = JobStop()
         self._listeners: list[Listener] = []
         self._expert_load_listeners: list[ExpertLoadListener] = []
+        self._settlers: list[Callable[[], None]] = []
         self._rank_losses: deque[tuple[int, Any]] = deque(maxlen=RANK_LOSS_STEPS)
 
     # -- the values written to the main run ---------------------------------------------------------
@@ -115,6 +116,20 @@ class Run:
     def unsubscribe(self, listener: Listener) -> None:
         if listener in self._listeners:
             self._listeners.remove(listener)
+
+    @property
+    def listening(self) -> bool:
+        """Whether anyone listens to the written values or to the expert loads."""
+        return bool(self._listeners or self._expert_load_listeners)
+
+    def on_settle(self, settle: Callable[[], None]) -> None:
+        """``settle()``: publish what is still being computed off the training thread (a publisher's)."""
+        self._settlers.append(settle)
+
+    def settle(self) -> None:
+        """At the end of training, before a listener leaves: every value written so far is published."""
+        for settle in tuple(self._settlers):
+            settle()
 
     def publish(self, step: int, values: dict[str, float]) -> None:
         """Hand one step's written values to every listener. ``values`` must not be mutated."""

@@ -66,6 +66,16 @@ class RunWriter:
             self._dropped += 1
         self._pending.append((_SCALARS, step, wall_time or time.time(), values))
 
+    def add_scalars_from(self, step: int, compute: Callable[[], Mapping[str, float]]) -> None:
+        """Queue one step's scalars that ``compute()`` works out on the writer thread (nothing is
+        written when it returns none): for values whose computation the training thread cannot afford."""
+
+        def build(step: int, wall_time: float) -> bytes | None:
+            values = compute()
+            return encode_scalars_event(step, wall_time, values) if values else None
+
+        self.add_built(step, build)
+
     def add_text(self, step: int, tag: str, text: str, wall_time: float | None = None) -> None:
         self._pending.append((_TEXT, step, wall_time or time.time(), tag, text))
 

@@ -6,7 +6,9 @@ without one, the records handed to the writer thread, and the routing on simulat
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 from fakes import MOE_ROUTERS as ROUTERS
@@ -20,6 +22,21 @@ from mindformers_tbplugin.pipeline.expert_records import PLUGIN_NAME, TAG, Exper
 from mindformers_tbplugin.pipeline.expert_routing import ExpertLoadRouting
 from mindformers_tbplugin.pipeline.metrics import StepMetrics
 from mindformers_tbplugin.pipeline.run import Run
+from mindformers_tbplugin.tfevents.writer import RunWriter
+
+
+def read_scalars(run_dir: Path, step: int) -> dict[str, float]:
+    """The scalars written at ``step`` in ``run_dir``, read back by TensorBoard's own reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    return {
+        tag: event.value
+        for tag in accumulator.Tags()["scalars"]
+        for event in accumulator.Scalars(tag)
+        if event.step == step
+    }
 
 
 # -- a training's options --------------------------------------------------------------------------------
@@ -107,10 +124,12 @@ def layout_of(routers: RouterSet, reads: int) -> ExpertLayout:
 def test_the_bias_of_a_router_balanced_by_its_loss_alone_is_not_recorded() -> None:
     routing = ExpertLoadRouting(MIXED, 0.1, layout_of(MIXED, 1), reads_per_interval=1, aggregating=False)
     events: list = []
+    writer = writer_of(events)
     relative = np.array([[0.5, 1.5], [1.0, 1.0]])
     bias = np.array([[0.25, -0.25], [0.5, 0.5]])  # the second row is whatever the aux-loss router holds
-    values = routing.written(3, relative, bias, writer_of(events))
-    assert values["moe/layers.1/bias_range"] == 0.5
+    routing.write(3, relative, bias, writer, raw=False)
+    ((step, values),) = writer.calls
+    assert step == 3 and values["moe/layers.1/bias_range"] == 0.5
     assert "moe/layers.2/bias_range" not in values
     (event,) = events
     assert event.step == 3
@@ -119,29 +138,47 @@ def test_the_bias_of_a_router_balanced_by_its_loss_alone_is_not_recorded() -> No
     assert np.isnan(record[1, 1]).all()  # masked: no expert bias in that layer
 
 
-def test_a_read_publishes_its_loads_to_the_run_where_it_is_written_only() -> None:
+def test_a_read_is_scored_on_the_writer_thread_and_reaches_the_listeners_on_the_training_thread(
+    tmp_path: Path,
+) -> None:
+    """A real RunWriter: the scoring runs on its thread; the listeners get the read, loads first, when
+    the training thread delivers (here: when the run settles, as at the end of training), at its step."""
     run = Run()
-    published: list[tuple[int, list, object]] = []
-    run.subscribe_expert_loads(
-        lambda step, relative, statistics: published.append((step, relative.tolist(), statistics))
-    )
+    heard: list[tuple] = []
+    run.subscribe_expert_loads(lambda step, relative, statistics: heard.append(("loads", step, relative.tolist())))
+    run.subscribe(lambda step, values: heard.append(("values", step, values, threading.current_thread().name)))
     routing = ExpertLoadRouting(MIXED, 0.1, layout_of(MIXED, 1), 1, aggregating=False, publish_to=run)
-    relative = np.array([[0.5, 1.5], [1.0, 1.0]])
-    values = routing.written(4, relative, None, None)  # a rank that writes no run
-    assert values["moe/max_violation"] == 0.5  # its scalars are still computed: 1.5 / 1 - 1
-    assert published == []
-    events: list = []
-    routing.written(5, relative, None, writer_of(events))
-    assert published == [(5, [[0.5, 1.5], [1.0, 1.0]], routing.statistics)]
-    assert len(events) == 1
+    scored_on: list[str] = []
+    scalars = routing.statistics.scalars
+    routing.statistics.scalars = lambda *args: scored_on.append(threading.current_thread().name) or scalars(*args)
+    writer = RunWriter(tmp_path / "run", flush_secs=60.0)
+    run.on_settle(lambda: (writer.flush(), routing.deliver()))
+    raw = np.array([[1.0, 3.0], [2.0, 2.0]], dtype=np.float32)  # as read: relative [0.5, 1.5], [1, 1]
+    routing.write(5, raw, None, writer, raw=True)
+    run.settle()
+    writer.close()
+    assert scored_on == [f"mftb-writer:{writer.run_dir.name}"]
+    assert heard == [
+        ("loads", 5, [[0.5, 1.5], [1.0, 1.0]]),
+        ("values", 5, read_scalars(writer.run_dir, 5), threading.current_thread().name),
+    ]
+    assert read_scalars(writer.run_dir, 5)["moe/max_violation"] == 0.5  # 1.5 / 1 - 1
+
+
+def test_a_rank_that_writes_no_run_scores_nothing() -> None:
+    run = Run()
+    run.subscribe(lambda step, values: None)
+    routing = ExpertLoadRouting(MIXED, 0.1, layout_of(MIXED, 1), 1, aggregating=False, publish_to=run)
+    routing.write(4, np.array([[0.5, 1.5], [1.0, 1.0]]), None, None, raw=False)
+    assert not routing.ready
 
 
 def test_the_end_of_training_writes_the_reads_of_a_record_not_yet_due_with_the_layout() -> None:
     routing = ExpertLoadRouting(MIXED, 0.1, layout_of(MIXED, 3), 1, aggregating=False)
     events: list = []
     writer = writer_of(events)
-    routing.written(1, np.array([[0.5, 1.5], [1.0, 1.0]]), None, writer)
-    routing.written(2, np.array([[1.5, 0.5], [1.0, 1.0]]), None, writer)
+    routing.write(1, np.array([[0.5, 1.5], [1.0, 1.0]]), None, writer, raw=False)
+    routing.write(2, np.array([[1.5, 0.5], [1.0, 1.0]]), None, writer, raw=False)
     assert events == []  # a record covers 3 reads
     routing.finish(writer, None)  # no step logged: nothing to write at
     assert events == []
@@ -154,13 +191,14 @@ def test_the_end_of_training_writes_the_reads_of_a_record_not_yet_due_with_the_l
 
 
 def test_no_layout_no_record() -> None:
-    """A rank that writes no moe dashboard (no layout) computes the scalars and queues nothing."""
+    """A rank that writes no moe dashboard (no layout) writes the scalars and queues no record."""
     routing = ExpertLoadRouting(MIXED, 0.1, None, 1, aggregating=False)
     events: list = []
     writer = writer_of(events)
-    routing.written(1, np.array([[0.5, 1.5], [1.0, 1.0]]), None, writer)
+    routing.write(1, np.array([[0.5, 1.5], [1.0, 1.0]]), None, writer, raw=False)
     routing.finish(writer, 1)
     assert events == [] and routing.aggregator is None
+    assert [step for step, _ in writer.calls] == [1]
 
 
 # -- on simulated ranks ---------------------------------------------------------------------------------
@@ -199,8 +237,9 @@ def test_two_ranks_write_the_mean_load_at_its_step_with_its_record() -> None:
     assert main.series("moe/layers.2/min_load") == [(step, 0.5) for step in range(1, 9)]
     assert main.series("moe/layers.1/max_violation") == [(step, 0.0) for step in range(1, 9)]
     assert main.series("moe/dead_experts") == [(step, 0.0) for step in range(1, 9)]
-    # written with the loss of the same step, in one event
-    assert all("train/loss" in values for step, values in main.calls if "moe/max_violation" in values)
+    # scored on the writer thread: in an event of their own at the step of the loss they were read with
+    loss_steps = [step for step, values in main.calls if "train/loss" in values]
+    assert [step for step, values in main.calls if "moe/max_violation" in values] == loss_steps
     assert published == list(range(1, 9))
     assert len(events) == 8
     (value,) = events[0].summary.value
