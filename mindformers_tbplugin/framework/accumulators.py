@@ -74,7 +74,7 @@ class Accumulators:
         bias_every: int = 1,
     ) -> None:
         """``bias_every``: the expert bias is read at the first of every this many reads of the loads."""
-        self._parts = list(parts)
+        self._tags = [part.tag for part in parts]
         read_parts = first_values_reader([part.parameter for part in parts])
         read_loads = joined_reader([router.load for router in routers])
         self._bias_readers = [host_reader(router.bias) if router.bias is not None else None for router in routers]
@@ -114,30 +114,35 @@ class Accumulators:
             family.begin()
 
     def capture(self, step: int) -> None:
-        """In front of the step end's first callback."""
-        families = self._families(step)
-        if not families:
+        """In front of the step end's first callback (its cost counts at every logged step: plain
+        comparisons, one read per family due, no per-step lists)."""
+        parts_due, loads_due = self._due(step)
+        parts = self._part_family if parts_due else None
+        loads = self._load_family if loads_due else None
+        if parts is None and loads is None:
             return
         captured = Captured(step)
-        if self._part_family in families:
-            values = self._part_family.capture()  # MindFormers' one-element accumulators (Tensor([0]))
+        if parts is not None:
+            # MindFormers' one-element accumulators (Tensor([0])), as Python numbers
             captured.parts = {
-                part.tag: float(value) * factor
-                for part, value, factor in zip(self._parts, values, self._factors, strict=True)
+                tag: float(value) * factor
+                for tag, value, factor in zip(self._tags, parts.capture(), self._factors, strict=True)
             }
-        if self._load_family in families:
-            captured.loads = self._load_family.capture()
+        if loads is not None:
+            captured.loads = loads.capture()
             if self._with_bias and self._reads % self._bias_every == 0:
                 captured.bias = self._read_rows(self._bias_readers, self._experts)
             self._reads += 1
         self._captured = captured
-        self._learning = [family for family in families if family.zeroed is None]
+        if (parts is not None and parts.zeroed is None) or (loads is not None and loads.zeroed is None):
+            self._learning = [family for family in (parts, loads) if family is not None and family.zeroed is None]
 
     def take(self, step: int) -> Captured | None:
         """At the monitor's own step end (after MindFormers' callbacks): this step's values, if captured."""
-        for family in self._learning:
-            family.learn()
-        self._learning = []
+        if self._learning:  # the first captured steps only
+            for family in self._learning:
+                family.learn()
+            self._learning = []
         captured, self._captured = self._captured, None
         return captured if captured is not None and captured.step == step else None
 
