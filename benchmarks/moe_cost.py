@@ -106,8 +106,10 @@ class _Model:
         return [router.load for router in self.routers] + [part.parameter for part in self.parts]
 
     def _finish(self) -> None:
+        """Wait until every op launched has run, as the step's device work has before a training's callbacks
+        (else the timed reads would wait for it): ``get_bytes`` synchronises, ``asnumpy()`` on a CPU does not."""
         for accumulator in self._accumulators():
-            accumulator.asnumpy()  # waits for the ops launched on it
+            accumulator.get_bytes()
 
 
 def _wrapper_outputs() -> tuple:
@@ -178,6 +180,9 @@ def _run(variant: str, layers: int, experts: int, steps: int, folder: Path) -> t
 
 
 def measure(quick: bool) -> list[Measurement]:
+    import mindspore as ms
+
+    ms.set_context(mode=ms.GRAPH_MODE)  # a training's mode, whichever benchmark ran before in this process
     rounds, steps = (3, 200) if quick else (5, 2000)
     rows = {(label, variant): Measurement(label, variant) for label in ROUTER_SETS for variant in VARIANTS}
     with tempfile.TemporaryDirectory(prefix="mftb-bench-moe-") as name:
@@ -199,8 +204,9 @@ def markdown_section(quick: bool) -> tuple[str, list[str]]:
         "## mcore models: loss parts and expert load, training-thread cost per logged step",
         "",
         "`python -m benchmarks.moe_cost`: real MindSpore Parameters shaped like DeepSeek-V3's routers "
-        "(expert_load and expert_bias per MoE layer) and loss parts; per logged step the read ahead of "
-        "MindFormers' callbacks, the monitor's step end and `MetricRouter.log_step` into a real RunWriter. "
+        "(expert_load and expert_bias per MoE layer) and loss parts, in graph mode; per logged step, once the "
+        "simulated step's ops have all run, the read ahead of MindFormers' callbacks, the monitor's step end and "
+        "`MetricRouter.log_step` into a real RunWriter. "
         f"Mean µs per logged step over a round's steps, median (min-max) over {rounds} rounds.",
         "",
         "| routers | variant | µs per logged step | min-max | extra over before | writer thread CPU µs per "
