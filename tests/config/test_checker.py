@@ -284,8 +284,8 @@ BUILTIN_WARNING = (
     "tensorboard (line 1): MindFormers' built-in tensorboard: section is on (tensorboard_dir: worker/tensorboard) "
     "besides the TensorBoardMonitor at callbacks[0]: both write, tensorboardX into worker/tensorboard/rank_<id> on "
     "every rank and the monitor its run. Removing the section saves its writer's time at every step: in "
-    "BENCHMARKS.md it made the tiny LLaMA's steps 14.88% longer (29.94 against 25.62 ms; TensorBoardMonitor: "
-    "-6.65%). `mftb migrate CONFIG` removes it and says what each of its options becomes"
+    "BENCHMARKS.md it made the tiny LLaMA's steps 18.20% longer (21.27 against 19.07 ms; TensorBoardMonitor: "
+    "-5.88%). `mftb migrate CONFIG` removes it and says what each of its options becomes"
 )
 
 
