@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,14 +119,10 @@ def _wrapper_outputs() -> tuple:
     return (Tensor([scalar(2.5)]), Tensor(False), Tensor(scalar(1.0)), Tensor(scalar(0.001)), Tensor([scalar(1.0)]))
 
 
-def _thread_cpu_seconds(name: str) -> float:
-    (thread,) = [thread for thread in threading.enumerate() if thread.name == name]
-    return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
-
-
 def _run(variant: str, layers: int, experts: int, steps: int, folder: Path) -> tuple[float, float]:
     """Mean µs per logged step of one variant on the training thread, and the writer thread's CPU µs per
     logged step."""
+    from benchmarks.probe.overhead_probe import thread_cpu_seconds
     from mindformers_tbplugin.framework.accumulators import Accumulators
     from mindformers_tbplugin.pipeline import expert_routing, metrics
     from mindformers_tbplugin.pipeline.expert_load import EXPERT_BIAS, RouterSet
@@ -172,7 +167,7 @@ def _run(variant: str, layers: int, experts: int, steps: int, folder: Path) -> t
             router.log_step(step_metrics)
             samples.append(ahead + clock() - start)
         writer.flush()
-        writer_seconds = _thread_cpu_seconds(f"mftb-writer:{writer.run_dir.name}")
+        writer_seconds = thread_cpu_seconds(f"mftb-writer:{writer.run_dir.name}")
     finally:
         writer.close()
     # after the first steps (the reader learns the zeroing)

@@ -31,7 +31,8 @@ from mindformers_tbplugin.session.monitor_session import MonitorSession
 BLOCK_PATTERN = (False, True, True, False)
 
 
-def _thread_cpu_seconds(prefix: str) -> float:
+def thread_cpu_seconds(prefix: str) -> float:
+    """CPU seconds of the threads whose names start with ``prefix``."""
     total = 0.0
     for thread in threading.enumerate():
         if thread.name.startswith(prefix) and thread.ident is not None:
@@ -87,7 +88,7 @@ class OverheadProbe(Callback):
     def on_train_step_end(self, run_context: Any) -> None:
         step = int(run_context.original_args().cur_step_num)
         if step == self.warmup_steps:
-            self.writer_cpu_at_warmup = _thread_cpu_seconds("mftb-writer")
+            self.writer_cpu_at_warmup = thread_cpu_seconds("mftb-writer")
         if not self._is_on(step):
             return
         began = time.perf_counter()
@@ -96,7 +97,7 @@ class OverheadProbe(Callback):
         self.on_steps.append(step)
 
     def on_train_end(self, run_context: Any) -> None:
-        writer_cpu = _thread_cpu_seconds("mftb-writer") - self.writer_cpu_at_warmup  # before the writer closes
+        writer_cpu = thread_cpu_seconds("mftb-writer") - self.writer_cpu_at_warmup  # before the writer closes
         self.monitor.on_train_end(run_context)
         record = {
             "starts": self.starts,
