@@ -139,12 +139,9 @@ def _run(variant: str, layers: int, experts: int, steps: int, folder: Path) -> t
     writer = RunWriter(folder / variant.replace(" ", "_").replace(":", ""), flush_secs=5.0)
     router = MetricRouter(Topology(0, 1, 1, "stand_alone", False, False), options, writer, None, None)
 
-    def due(step: int) -> tuple[bool, bool]:
-        return variant != BEFORE, with_loads and step % moe_every == 0
-
     # The expert bias is read once per record, as the monitor does (framework/model_outputs.py).
     bias_every = expert_routing.record_reads(routers, moe_every, 1024) if with_loads else 1
-    accumulators = Accumulators(model.parts, model.routers if with_loads else [], due, bias_every)
+    accumulators = Accumulators(model.parts, model.routers if with_loads else [], bias_every)
     outputs = _wrapper_outputs()
     clock = time.perf_counter_ns
     samples = []
@@ -152,12 +149,13 @@ def _run(variant: str, layers: int, experts: int, steps: int, folder: Path) -> t
         for step in range(1, steps + 1):
             model.train_step(step)
             start = clock()
+            # ahead of MindFormers' callbacks, as the monitor reads (framework/step_end_tap.py)
+            step_metrics = metrics.train_metrics(step, outputs)
             if variant != BEFORE:
-                accumulators.capture(step)  # ahead of MindFormers' callbacks
+                accumulators.capture(step, True, with_loads and step % moe_every == 0)
             ahead = clock() - start
             model.zero()  # MindFormers' callbacks, which run before the monitor's step end
             start = clock()
-            step_metrics = metrics.train_metrics(step, outputs)
             captured = accumulators.take(step) if variant != BEFORE else None
             if captured is not None:
                 if captured.parts:

@@ -13,9 +13,9 @@ and the block comparison cannot attribute it: its CPU time per logged step is me
 verdict per model and rank count: the upper bound of the 95% interval of the median group ratio over
 all its trainings, plus the writer share, <= +1%.
 
-Also shown: the time spent inside the monitor's ``step_end``. With several ranks its mean includes
-waiting in the monitor's all-reduce for the slower rank, a wait the training's own gradient all-reduce
-would otherwise have had; the block comparison shows what is left of it.
+Also shown: the time spent inside the monitor (step begin, read ahead, step end). With several ranks its
+mean includes waiting in the monitor's all-reduce for the slower rank, a wait the training's own gradient
+all-reduce would otherwise have had; the block comparison shows what is left of it.
 """
 
 from __future__ import annotations
@@ -177,7 +177,8 @@ def markdown_section(quick: bool) -> tuple[str, list[str]]:
         "second), is measured and added.",
         "",
         "| model | ranks | training | steps | step ms off | step ms on | on vs off (median of group ratios) "
-        "| 95% interval | groups | writer threads CPU µs/step | inside step_begin + step_end median µs | mean µs |",
+        "| 95% interval | groups | writer threads CPU µs/step "
+        "| inside step_begin + read ahead + step_end median µs | mean µs |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     verdicts, missed = [], []

@@ -10,8 +10,9 @@ run-to-run noise that separate trainings carry. The pattern depends on the step 
 every rank switches at the same steps and the monitor's collectives stay matched.
 
 At train end each rank writes ``<output>/rank_<id>.json``: step start stamps, which steps were on, the training-thread
-seconds spent inside the monitor's ``step_begin`` and ``step_end``, and the CPU seconds the monitor's writer thread
-spent from step ``warmup_steps`` to the end (after the one-off records of train begin).
+seconds spent inside the monitor's ``step_begin``, its read ahead of the step end's first callback and its
+``step_end``, and the CPU seconds the monitor's writer thread spent from step ``warmup_steps`` to the end (after
+the one-off records of train begin).
 """
 
 from __future__ import annotations
@@ -53,16 +54,23 @@ class OverheadProbe(Callback):
         self.writer_cpu_at_warmup = 0.0
         self.output = Path(output)
         self.monitor = TensorBoardMonitor(**(monitor or {}))
-        # An mcore model's accumulators are read ahead of MindFormers' callbacks, not in the monitor's step end:
-        # in the "off" blocks they must not be read either (this process runs one training: patched class-wide).
-        due = MonitorSession._accumulators_due
-        MonitorSession._accumulators_due = lambda session, step: (
-            due(session, step) if self._is_on(step) else (False, False)
-        )
+        # A logged step's outputs and an mcore model's accumulators are read ahead of MindFormers' callbacks,
+        # not in the monitor's step end: in the "off" blocks they must not be read either (this process runs
+        # one training: patched class-wide).
+        due = MonitorSession._ahead_due
+        MonitorSession._ahead_due = lambda session, step: due(session, step) if self._is_on(step) else (False, False)
+        read_ahead = MonitorSession._read_ahead
+
+        def timed_read_ahead(session: MonitorSession, run_context: Any) -> None:
+            began = time.perf_counter()
+            read_ahead(session, run_context)
+            self._ahead_seconds = time.perf_counter() - began
+
+        MonitorSession._read_ahead = timed_read_ahead
         self.starts: list[float] = []
         self.on_steps: list[int] = []
-        self.inside_seconds: list[float] = []  # per "on" step: in the monitor's step_begin and step_end
-        self._begin_seconds = 0.0
+        self.inside_seconds: list[float] = []  # per "on" step: in the monitor's step_begin, read ahead, step_end
+        self._begin_seconds = self._ahead_seconds = 0.0
 
     def __enter__(self) -> OverheadProbe:
         self.monitor.__enter__()
@@ -93,7 +101,8 @@ class OverheadProbe(Callback):
             return
         began = time.perf_counter()
         self.monitor.on_train_step_end(run_context)
-        self.inside_seconds.append(time.perf_counter() - began + self._begin_seconds)
+        self.inside_seconds.append(time.perf_counter() - began + self._begin_seconds + self._ahead_seconds)
+        self._ahead_seconds = 0.0
         self.on_steps.append(step)
 
     def on_train_end(self, run_context: Any) -> None:

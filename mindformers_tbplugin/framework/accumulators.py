@@ -3,8 +3,8 @@ own callbacks zero them, without changing what training computes.
 
 MindFormers runs MFLossMonitor, TopkBiasBalanceCallback and its other monitors first at every step
 end, whatever the YAML order, and they zero what they read: the loss parts (``parameter_register.clear``),
-``fi_accu`` and ``expert_load``. So :class:`StepEndTap` puts a read in front of the first callback
-the step's callback manager calls (an instance attribute on that one object, removed at train end).
+``fi_accu`` and ``expert_load``. So :meth:`Accumulators.capture` runs in front of the first callback the
+step's callback manager calls (framework/step_end_tap.py).
 Some releases or configs never zero an accumulator (no MFLossMonitor; MindFormers 1.7's ``fi_accu``):
 the first logged step finds out, and from then on the value left after the previous step is read at
 step begin and subtracted, so a step's value is always that step's alone.
@@ -23,9 +23,6 @@ import numpy as np
 
 from mindformers_tbplugin.framework.host_values import first_values_reader, host_reader, joined_reader
 from mindformers_tbplugin.framework.mcore import LossPart, Router
-from mindformers_tbplugin.log import WarnOnce
-
-STEP_END = "on_train_step_end"
 
 
 @dataclass
@@ -64,13 +61,12 @@ class _Family:
 
 
 class Accumulators:
-    """The loss parts and router loads of a logged step; ``due(step)`` says which a step needs."""
+    """The loss parts and router loads of a logged step."""
 
     def __init__(
         self,
         parts: Sequence[LossPart],
         routers: Sequence[Router],
-        due: Callable[[int], tuple[bool, bool]],
         bias_every: int = 1,
     ) -> None:
         """``bias_every``: the expert bias is read at the first of every this many reads of the loads."""
@@ -80,7 +76,6 @@ class Accumulators:
         self._bias_readers = [host_reader(router.bias) if router.bias is not None else None for router in routers]
         self._factors = [part.factor for part in parts]
         self._routers = list(routers)
-        self._due = due
         experts = int(routers[0].load.shape[0]) if routers else 0
         self._with_bias = any(router.bias is not None for router in routers)
         self._part_family = _Family(read_parts) if parts else None
@@ -98,8 +93,7 @@ class Accumulators:
                 rows[index] = read()
         return rows
 
-    def _families(self, step: int) -> list[_Family]:
-        parts_due, loads_due = self._due(step)
+    def _families(self, parts_due: bool, loads_due: bool) -> list[_Family]:
         due = [(self._part_family, parts_due), (self._load_family, loads_due)]
         return [family for family, is_due in due if family is not None and is_due]
 
@@ -109,14 +103,14 @@ class Accumulators:
         families = (self._part_family, self._load_family)
         return any(family is not None and family.zeroed is not True for family in families)
 
-    def step_began(self, step: int) -> None:
-        for family in self._families(step):
+    def step_began(self, parts_due: bool, loads_due: bool) -> None:
+        """At the begin of a step whose end will read the loss parts / the loads."""
+        for family in self._families(parts_due, loads_due):
             family.begin()
 
-    def capture(self, step: int) -> None:
+    def capture(self, step: int, parts_due: bool, loads_due: bool) -> None:
         """In front of the step end's first callback (its cost counts at every logged step: plain
         comparisons, one read per family due, no per-step lists)."""
-        parts_due, loads_due = self._due(step)
         parts = self._part_family if parts_due else None
         loads = self._load_family if loads_due else None
         if parts is None and loads is None:
@@ -145,42 +139,3 @@ class Accumulators:
             self._learning = []
         captured, self._captured = self._captured, None
         return captured if captured is not None and captured.step == step else None
-
-
-class StepEndTap:
-    """Calls ``before(run_context)`` ahead of every callback of each step end (classic trainer)."""
-
-    def __init__(self, before: Callable[[Any], None]) -> None:
-        self._before = before
-        self._first: Any = None
-        self._own: Any = None  # an instance attribute the first callback already had, restored at removal
-        self._warn_once = WarnOnce()
-
-    def install(self, callbacks: Any) -> bool:
-        """``callbacks``: MindSpore's ``cb_params.list_callback``, the objects its callback manager
-        calls in that order."""
-        if not isinstance(callbacks, list) or not callbacks:
-            return False
-        first = callbacks[0]
-        original = getattr(first, STEP_END)
-        self._own = vars(first).get(STEP_END)
-
-        def step_end(run_context: Any) -> Any:
-            try:
-                self._before(run_context)
-            except Exception as exc:  # monitoring never stops training
-                self._warn_once("tap", f"TensorBoardMonitor: reading the step's accumulators failed ({exc!r})")
-            return original(run_context)
-
-        setattr(first, STEP_END, step_end)
-        self._first = first
-        return True
-
-    def remove(self) -> None:
-        first, self._first = self._first, None
-        if first is None:
-            return
-        if self._own is not None:
-            setattr(first, STEP_END, self._own)
-        elif STEP_END in vars(first):
-            delattr(first, STEP_END)

@@ -1,25 +1,21 @@
 """What the model adds to TensorBoardMonitor's logged steps beyond the train wrapper's outputs: an
 mcore model's loss parts (data metrics) and its routers' per-expert loads, read ahead of MindFormers'
-own callbacks (framework/accumulators.py); the model FLOPs per step; what the live model tells the
-HParams (layer, head and expert counts whatever the YAML spelling)."""
+own callbacks (framework/accumulators.py, from the session's step-end tap); the model FLOPs per step;
+what the live model tells the HParams (layer, head and expert counts whatever the YAML spelling)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from mindformers_tbplugin.framework import mcore as mcore_models
-from mindformers_tbplugin.framework.accumulators import Accumulators, StepEndTap
+from mindformers_tbplugin.framework.accumulators import Accumulators
 from mindformers_tbplugin.framework.collectives import device_name
 from mindformers_tbplugin.framework.model_flops import StepFlops, step_flops
-from mindformers_tbplugin.framework.trainers import CLASSIC, TrainStart
+from mindformers_tbplugin.framework.trainers import TrainStart
 from mindformers_tbplugin.log import logger
 from mindformers_tbplugin.pipeline import expert_routing, model_flops
 from mindformers_tbplugin.pipeline.expert_load import RouterSet
 from mindformers_tbplugin.pipeline.metrics import StepMetrics
-
-# due(step) -> (loss parts due, expert loads due)
-Due = Callable[[int], tuple[bool, bool]]
 
 
 class ModelOutputs:
@@ -33,18 +29,17 @@ class ModelOutputs:
         self._peak = peak
         self._accumulators: Accumulators | None = None
         self._parts = 0
-        self._tap: StepEndTap | None = None
 
     @classmethod
     def for_training(
         cls,
         start: TrainStart,
-        due: Due,
-        step_of: Callable[[Any], int],
         moe: tuple[int, int],
         peak: float | str | None,
+        tapped: bool,
     ) -> ModelOutputs:
-        """``moe``: TensorBoardMonitor's moe_every and moe_record_budget; ``peak``: its peak_tflops."""
+        """``moe``: TensorBoardMonitor's moe_every and moe_record_budget; ``peak``: its peak_tflops;
+        ``tapped``: whether :meth:`capture` will run ahead of MindFormers' callbacks at every step end."""
         facts = start.facts
         # classic: the training cell; MindFormers 2.x's PyNative trainer: the model itself
         mcore = mcore_models.find_mcore_model(start.train_network if start.train_network is not None else start.network)
@@ -56,28 +51,26 @@ class ModelOutputs:
         outputs = cls(flops, hparams, start.topology.world_size, model_flops.peak_tflops(peak, device_name))
         outputs.mcore = mcore
         if mcore is not None:
-            outputs._read_accumulators(start, mcore, due, step_of, moe)
+            outputs._read_accumulators(start, mcore, moe, tapped)
         return outputs
 
     def _read_accumulators(
-        self, start: TrainStart, mcore: mcore_models.McoreModel, due: Due, step_of: Callable, moe: tuple[int, int]
+        self, start: TrainStart, mcore: mcore_models.McoreModel, moe: tuple[int, int], tapped: bool
     ) -> None:
         parts = mcore_models.loss_parts(mcore)
         moe_every, record_budget = moe
         found, routers = mcore_models.routers(mcore) if moe_every else ([], None)
         if not parts and not found:
             return  # a dense model: nothing accumulates per step
-        if start.trainer != CLASSIC:
+        if not tapped:
             logger.warning(
                 "TensorBoardMonitor: this trainer gives callbacks no step end ahead of MindFormers' own monitors, "
                 "which zero the loss parts and expert loads: train/loss_* and moe/ tags are not written"
             )
             return
         bias_every = expert_routing.record_reads(routers, moe_every, record_budget) if routers else 1
-        accumulators = Accumulators(parts, found, due, bias_every)
-        tap = StepEndTap(lambda run_context: accumulators.capture(step_of(run_context)))
-        if tap.install(start.eval_callbacks):
-            self._accumulators, self._tap, self.routers, self._parts = accumulators, tap, routers, len(parts)
+        self._accumulators = Accumulators(parts, found, bias_every)
+        self.routers, self._parts = routers, len(parts)
 
     def describe(self) -> str:
         flops = f"model FLOPs per step {self.flops.flops:.4g} ({self.flops.source})" if self.flops else "no model FLOPs"
@@ -94,9 +87,14 @@ class ModelOutputs:
         to be zeroed at every step end)."""
         return self._accumulators is not None and self._accumulators.needs_step_begin
 
-    def step_began(self, step: int) -> None:
+    def step_began(self, parts_due: bool, loads_due: bool) -> None:
         if self._accumulators is not None:
-            self._accumulators.step_began(step)
+            self._accumulators.step_began(parts_due, loads_due)
+
+    def capture(self, step: int, parts_due: bool, loads_due: bool) -> None:
+        """Ahead of MindFormers' callbacks at a step end: the loss parts / loads when due."""
+        if self._accumulators is not None:
+            self._accumulators.capture(step, parts_due, loads_due)
 
     def add_to(self, step_metrics: StepMetrics, loss_divisor: float, step_time_s: float | None) -> None:
         """A logged step's loss parts (scaled like the loss), expert loads and model TFLOPS."""
@@ -110,8 +108,3 @@ class ModelOutputs:
             step_metrics.system.update(
                 model_flops.throughput_tags(step_time_s, self.flops.flops, self._devices, self._peak)
             )
-
-    def close(self) -> None:
-        if self._tap is not None:
-            self._tap.remove()
-            self._tap = None

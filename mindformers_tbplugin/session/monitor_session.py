@@ -22,8 +22,9 @@ from mindformers_tbplugin.framework.model_facts import loss_scale_for_pipeline
 from mindformers_tbplugin.framework.model_outputs import ModelOutputs
 from mindformers_tbplugin.framework.optimizer_state import OptimizerState
 from mindformers_tbplugin.framework.stable_rank import StableRanks
+from mindformers_tbplugin.framework.step_end_tap import StepEndTap
 from mindformers_tbplugin.framework.system_stats import MemoryReadings
-from mindformers_tbplugin.framework.trainers import StepEnd, TrainStart
+from mindformers_tbplugin.framework.trainers import CLASSIC, StepEnd, TrainStart
 from mindformers_tbplugin.framework.update_norms import ParameterUpdates
 from mindformers_tbplugin.log import WarnOnce, logger
 from mindformers_tbplugin.pipeline import custom_metrics, expert_routing, histograms, metrics, schedules
@@ -78,8 +79,14 @@ class MonitorSession:
             if options.optimizer_state_every and writes_model
             else None
         )
+        # Classic trainer: a logged step's outputs and the model's accumulators are read in front of
+        # MindFormers' own callbacks (framework/step_end_tap.py), installed once the session is open.
+        self._step_of = step_of
+        self._ahead: StepMetrics | None = None  # a logged step's outputs, read there
+        tappable = start.trainer == CLASSIC and isinstance(start.eval_callbacks, list) and bool(start.eval_callbacks)
+        self._tap = StepEndTap(self._read_ahead) if tappable else None
         moe = (options.moe_every, options.moe_record_budget)
-        self.outputs = ModelOutputs.for_training(start, self._accumulators_due, step_of, moe, options.peak_tflops)
+        self.outputs = ModelOutputs.for_training(start, moe, options.peak_tflops, tapped=tappable)
         mcore = self.outputs.mcore
         self.attention_logits = (
             AttentionLogits.of_model(mcore.config, mcore.model, start.eval_callbacks)
@@ -107,6 +114,8 @@ class MonitorSession:
         )
         self.next_begin: float = 0  # the first step_began runs: it starts the first step's clock
         self.router = self._open(start)
+        if self._tap is not None:
+            self._tap.install(start.eval_callbacks)
 
     # -- train begin -------------------------------------------------------------------------------
     def _open(self, start: TrainStart) -> MetricRouter:
@@ -211,7 +220,7 @@ class MonitorSession:
         """Call it only from step ``next_begin`` on: earlier steps have nothing to do here."""
         if self._last_log_time is None:
             self._last_log_time = time.perf_counter()
-        self.outputs.step_began(step)
+        self.outputs.step_began(*self._ahead_due(step))
         if self.updates is not None and self._due(step, self.options.optimizer_state_every):
             self.guard("update_norm", self.updates.step_began, step)
         if self.attention_logits is not None and self._due(step, self.options.attention_logit_every):
@@ -241,10 +250,9 @@ class MonitorSession:
         if steps_done < self._log_every:
             return
         now = time.perf_counter()
-        outputs = step_end.outputs()
-        step_metrics = metrics.train_metrics(step, outputs)
-        if self.layer_norms is not None:
-            step_metrics.grad_squares = self.layer_norms.read(outputs)
+        step_metrics, self._ahead = self._ahead, None
+        if step_metrics is None or step_metrics.step != step:
+            step_metrics = self._read_outputs(step, step_end.outputs())
         data, system = step_metrics.data, step_metrics.system
         if self._loss_divisor != 1.0 and metrics.TRAIN_LOSS in data:
             data[metrics.TRAIN_LOSS] /= self._loss_divisor
@@ -271,6 +279,21 @@ class MonitorSession:
             self._request_stop()
         self._last_logged_step = step
         self._last_log_time = time.perf_counter()
+
+    def _read_outputs(self, step: int, outputs: Any) -> StepMetrics:
+        step_metrics = metrics.train_metrics(step, outputs)
+        if self.layer_norms is not None:
+            step_metrics.grad_squares = self.layer_norms.read(outputs)
+        return step_metrics
+
+    def _read_ahead(self, run_context: Any) -> None:
+        """In front of the step end's first callback: a logged step's outputs, and the model's accumulators
+        when due."""
+        step = self._step_of(run_context)
+        logged, loads_due = self._ahead_due(step)
+        if logged:
+            self._ahead = self._read_outputs(step, run_context.original_args().net_outputs)
+            self.outputs.capture(step, logged, loads_due)
 
     def _add_periodic(self, step: int, last: int, step_metrics: StepMetrics) -> None:
         """The outputs on their own schedules whose period ``step`` (logged) enters since ``last``."""
@@ -316,8 +339,8 @@ class MonitorSession:
         last = self._last_logged_step
         return step - last >= self.options.log_every and bool(every) and step // every > last // every
 
-    def _accumulators_due(self, step: int) -> tuple[bool, bool]:
-        """Whether ``step`` logs (loss parts) and reads the routers (expert loads)."""
+    def _ahead_due(self, step: int) -> tuple[bool, bool]:
+        """Whether ``step`` logs (its outputs and loss parts are read) and reads the routers (expert loads)."""
         return step - self._last_logged_step >= self.options.log_every, self._due(step, self.options.moe_every)
 
     def _add_extra(self, extra: custom_metrics.ExtraMetric, cb_params: Any, step_metrics: StepMetrics) -> None:
@@ -353,7 +376,8 @@ class MonitorSession:
     def finish(self, clean: bool, status: str | None = None) -> None:
         """Close the run once: aggregate what is left, write ``meta/status``, close the files."""
         remove_sigterm_listener(self._on_sigterm)
-        self.outputs.close()
+        if self._tap is not None:
+            self._tap.remove()
         if self._eval is not None:
             self._eval.detach()
         router, self.router = self.router, None

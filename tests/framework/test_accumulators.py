@@ -1,5 +1,5 @@
 """Reading an mcore model's accumulators ahead of MindFormers' callbacks (framework/accumulators.py):
-zeroed or running sums, the bias schedule, and the tap in front of the first callback. The
+zeroed or running sums, the bias schedule. The
 accumulators here are plain objects with ``asnumpy()`` (what a MindSpore Parameter offers); the real
 ones are read in tests/jobs/test_mcore_models.py's trainings."""
 
@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import plugin_log
 
-from mindformers_tbplugin.framework.accumulators import Accumulators, StepEndTap
+from mindformers_tbplugin.framework.accumulators import Accumulators
 from mindformers_tbplugin.framework.mcore import LossPart, Router
 
 
@@ -26,14 +25,21 @@ class Accumulator:
         return self.value  # a view, as on a CPU
 
 
-def step(accumulators: Accumulators, number: int, parts: list[Accumulator], load: Accumulator, zero: bool):
-    """One training step: begin, the graph adds, the read ahead of MindFormers' callbacks, their
+def step(
+    accumulators: Accumulators,
+    number: int,
+    parts: list[Accumulator],
+    load: Accumulator,
+    zero: bool,
+    loads_due: bool = True,
+):
+    """One logged training step: begin, the graph adds, the read ahead of MindFormers' callbacks, their
     zeroing (or not), the monitor's step end."""
-    accumulators.step_began(number)
+    accumulators.step_began(True, loads_due)
     for part in parts:
         part.value += number
     load.value += np.array([1.0, 3.0], dtype=np.float32)
-    accumulators.capture(number)
+    accumulators.capture(number, True, loads_due)
     if zero:
         for accumulator in [*parts, load]:
             accumulator.value[:] = 0
@@ -47,7 +53,6 @@ def test_each_step_gets_its_own_values_whether_or_not_they_are_zeroed(zeroed: bo
     accumulators = Accumulators(
         [LossPart("train/loss_lm", parts[0], 1.0), LossPart("train/loss_aux", parts[1], 0.5)],
         [Router("layers.1", load, bias)],
-        lambda number: (True, True),
     )
     for number in range(1, 6):
         captured = step(accumulators, number, parts, load, zeroed)
@@ -61,50 +66,9 @@ def test_each_step_gets_its_own_values_whether_or_not_they_are_zeroed(zeroed: bo
 def test_steps_that_are_not_due_are_not_read_and_the_bias_is_read_once_per_record() -> None:
     load, bias = Accumulator(2), Accumulator(2)
     bias.value[:] = [0.01, -0.01]
-    accumulators = Accumulators([], [Router("layers.1", load, bias)], lambda n: (True, n % 2 == 0), bias_every=3)
-    taken = [step(accumulators, number, [], load, zero=True) for number in range(1, 15)]
+    accumulators = Accumulators([], [Router("layers.1", load, bias)], bias_every=3)
+    taken = [step(accumulators, number, [], load, zero=True, loads_due=number % 2 == 0) for number in range(1, 15)]
     assert [c.step for c in taken if c is not None] == [2, 4, 6, 8, 10, 12, 14]
     with_bias = [c.step for c in taken if c is not None and c.bias is not None]
     assert with_bias == [2, 8, 14]  # the first of every 3 reads
     np.testing.assert_allclose(taken[1].bias, [[0.01, -0.01]])
-
-
-def test_the_tap_reads_ahead_of_the_first_callback_and_leaves_it_as_it_was() -> None:
-    calls: list[str] = []
-
-    class Callback:
-        def on_train_step_end(self, run_context: object) -> None:
-            calls.append(f"callback {run_context}")
-
-    first = Callback()
-    tap = StepEndTap(lambda run_context: calls.append(f"tap {run_context}"))
-    assert tap.install([first, Callback()])
-    first.on_train_step_end(1)
-    assert calls == ["tap 1", "callback 1"]
-    tap.remove()
-    assert "on_train_step_end" not in vars(first)
-    assert not tap.install([])
-
-
-def test_a_failing_read_warns_once_and_the_callback_still_runs() -> None:
-    calls: list[int] = []
-
-    class Callback:
-        def on_train_step_end(self, run_context: int) -> None:
-            calls.append(run_context)
-
-    def failing(run_context: object) -> None:
-        raise RuntimeError("device busy")
-
-    first = Callback()
-    own = first.on_train_step_end
-    first.on_train_step_end = own  # an instance attribute it already had: restored as it was
-    tap = StepEndTap(failing)
-    tap.install([first])
-    with plugin_log() as messages:
-        first.on_train_step_end(1)
-        first.on_train_step_end(2)
-    assert calls == [1, 2]
-    assert len([m for m in messages if "device busy" in m]) == 1
-    tap.remove()
-    assert vars(first)["on_train_step_end"] == own

@@ -35,7 +35,7 @@ def test_without_flops_or_a_step_time_nothing_is_added() -> None:
         (ModelOutputs(StepFlops(1e15, ESTIMATE), {}, 8, None), None),
     ):
         step = StepMetrics(10)
-        outputs.step_began(10)
+        outputs.step_began(True, True)
         outputs.add_to(step, 1.0, step_time)
         assert step.system == {}
     assert ModelOutputs(None, {}, 8, None).describe() == "no model FLOPs"
@@ -65,7 +65,7 @@ def test_a_plain_network_gets_the_estimate_in_its_hparams() -> None:
         hook_args={},
         request_stop=lambda: None,
     )
-    outputs = ModelOutputs.for_training(start, lambda step: (True, True), lambda run_context: 0, (10, 0), None)
+    outputs = ModelOutputs.for_training(start, (10, 0), None, tapped=True)
     flops = 6 * 4 * 32 * (64 * 64 + 2 * 32 * 64)  # 128 tokens x 6 x (one 64 x 64 matrix + 2 layers x 32 x 64)
     assert outputs.flops == StepFlops(flops, ESTIMATE)
     assert outputs.hparams == {"model_flops_per_step": flops}  # no mcore model: no layer or expert counts

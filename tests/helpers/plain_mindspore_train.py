@@ -1,6 +1,6 @@
 """TensorBoardMonitor as a plain MindSpore callback (no MindFormers Trainer).
 
-argv: LOG_DIR CHDIR_TO MODE [MONITOR_KWARGS_JSON]   (MODE: ok | raise)
+argv: LOG_DIR CHDIR_TO MODE [MONITOR_KWARGS_JSON]   (MODE: ok | raise | overwrite)
 The monitor is built with LOG_DIR (possibly relative), then the process changes directory to
 CHDIR_TO before training: the run must still land under the original LOG_DIR.
 """
@@ -38,11 +38,22 @@ class FailAtStepSix(Callback):
             raise RuntimeError("simulated failure at step 6")
 
 
+class OverwriteOutputs(Callback):
+    """Listed ahead of the monitor, as MindFormers' own callbacks always are: prints the step's loss, then
+    changes what any later read of the step's outputs would see."""
+
+    def on_train_step_end(self, run_context):
+        cb_params = run_context.original_args()
+        print("LOSS", cb_params.cur_step_num, float(cb_params.net_outputs.asnumpy()), flush=True)
+        cb_params.net_outputs = ms.Tensor(1000.0, ms.float32)
+
+
 rng = np.random.default_rng(0)
 features = rng.standard_normal((64, 4)).astype(np.float32)
 targets = (features @ np.array([[1.0], [-2.0], [0.5], [3.0]], dtype=np.float32)).astype(np.float32)
 data = dataset.NumpySlicesDataset({"x": features, "y": targets}, shuffle=False).batch(8)
 net = nn.Dense(4, 1)
 model = Model(net, loss_fn=nn.MSELoss(), optimizer=nn.Momentum(net.trainable_params(), 0.01, 0.9))
-model.train(2, data, callbacks=[monitor, UserCode(), FailAtStepSix()], dataset_sink_mode=False)
+ahead = [OverwriteOutputs()] if mode == "overwrite" else []
+model.train(2, data, callbacks=[*ahead, monitor, UserCode(), FailAtStepSix()], dataset_sink_mode=False)
 print("RUN_DIR", monitor.run_dir)

@@ -53,6 +53,18 @@ def test_plain_model_train_writes_the_tags_it_can_know(tmp_path: Path) -> None:
     assert scalars["train/loss"][-1][1] < scalars["train/loss"][0][1]
 
 
+def test_a_step_is_read_ahead_of_the_callbacks_before_the_monitor(tmp_path: Path) -> None:
+    """The monitor reads a logged step's outputs in front of the first callback (framework/step_end_tap.py):
+    what a callback listed before it changes, or the device work it queues, is not what gets logged."""
+    result = _train(tmp_path / "work", tmp_path / "elsewhere", "overwrite")
+    assert result.returncode == 0, result.stderr[-4000:]
+    printed = [line.split() for line in result.stdout.splitlines() if line.startswith("LOSS ")]
+    (run_dir,) = run_dirs(tmp_path / "work" / "relative" / "tb")
+    logged = read_scalars(run_dir)["train/loss"]
+    assert [step for step, _ in logged] == [int(step) for _, step, _ in printed] == list(range(1, 17))
+    assert [value for _, value in logged] == pytest.approx([float(loss) for _, _, loss in printed], rel=1e-6)
+
+
 def test_training_that_raises_still_closes_the_run(tmp_path: Path) -> None:
     result = _train(tmp_path / "work", tmp_path / "elsewhere", "raise")
     assert result.returncode != 0
