@@ -48,6 +48,7 @@ DEEPSEEK3 = REPO / "configs" / "tiny" / "deepseek3_tiny_cpu.yaml"
 TRAIN_MCORE = REPO / "scripts" / "cpu" / "train_mcore.py"
 LLAMA = "tiny LLaMA"
 DEEPSEEK3_NAME = "tiny DeepSeek-V3"
+BATCH = {LLAMA: 2, DEEPSEEK3_NAME: 4}  # samples per step and rank, as the tiny configs set them
 BLOCK = 10
 WARMUP_STEPS = 20  # compilation, first allocations, the monitor's one-off records
 BOOTSTRAP_SAMPLES = 2000
@@ -125,8 +126,7 @@ def run_probe(ranks: int, steps: int, data: Path, model: str = LLAMA, options: d
         config["callbacks"] = [*own, probe]
         config_path = folder / "config.yaml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        batch = 4 if model == DEEPSEEK3_NAME else 2
-        data_args = ["--train_dataset_dir", str(data), "--num_samples", str(steps * batch * ranks)]
+        data_args = ["--train_dataset_dir", str(data), "--num_samples", str(steps * BATCH[model] * ranks)]
         if model == DEEPSEEK3_NAME:
             argv = [str(BIN / "python"), str(TRAIN_MCORE), "--config", str(config_path), *data_args]
         elif ranks == 1:
@@ -159,12 +159,13 @@ def markdown_section(quick: bool, models: tuple[str, ...] = (LLAMA, DEEPSEEK3_NA
     """The section, and the missed targets; ``models``: the rows to run (e.g. one model's alone)."""
     plan = [row for row in (QUICK_PLAN if quick else FULL_PLAN) if row[0] in models]
     with tempfile.TemporaryDirectory(prefix="mftb-bench-data-") as name:
-        llama_samples = max((ranks * steps * 2 for model, ranks, _, steps in plan if model == LLAMA), default=0)
-        mcore_samples = max((steps * 4 for model, _, _, steps in plan if model != LLAMA), default=0)
-        data = make_data(Path(name), llama_samples) if llama_samples else None
-        mcore_data = make_mcore_data(Path(name), mcore_samples) if mcore_samples else None
+        samples: dict[str, int] = {}  # per model, the most any of its trainings reads
+        for model, ranks, _, steps in plan:
+            samples[model] = max(samples.get(model, 0), steps * BATCH[model] * ranks)
+        make = {LLAMA: make_data, DEEPSEEK3_NAME: make_mcore_data}
+        data = {model: make[model](Path(name), count) for model, count in samples.items()}
         results = [
-            ((model, ranks), steps, run_probe(ranks, steps, data if model == LLAMA else mcore_data, model))
+            ((model, ranks), steps, run_probe(ranks, steps, data[model], model))
             for model, ranks, runs, steps in plan
             for _ in range(runs)
         ]
