@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from mindformers_tbplugin.framework import mcore as mcore_models
-from mindformers_tbplugin.framework.accumulators import Accumulators
+from mindformers_tbplugin.framework.accumulators import Accumulators, Captured
 from mindformers_tbplugin.framework.collectives import device_name
 from mindformers_tbplugin.framework.model_flops import StepFlops, step_flops
 from mindformers_tbplugin.framework.trainers import TrainStart
@@ -96,9 +96,15 @@ class ModelOutputs:
         if self._accumulators is not None:
             self._accumulators.capture(step, parts_due, loads_due)
 
-    def add_to(self, step_metrics: StepMetrics, loss_divisor: float, step_time_s: float | None) -> None:
-        """A logged step's loss parts (scaled like the loss), expert loads and model TFLOPS."""
-        captured = self._accumulators.take(step_metrics.step) if self._accumulators is not None else None
+    def take(self, step: int) -> Captured | None:
+        """At the monitor's step end (training thread): what :meth:`capture` read of ``step``, if anything."""
+        return self._accumulators.take(step) if self._accumulators is not None else None
+
+    def add_to(
+        self, step_metrics: StepMetrics, captured: Captured | None, loss_divisor: float, step_time_s: float | None
+    ) -> None:
+        """A logged step's loss parts (scaled like the loss) and expert loads (``captured``: :meth:`take`'s),
+        and its model TFLOPS."""
         if captured is not None:
             if captured.parts:
                 step_metrics.data.update({tag: value / loss_divisor for tag, value in captured.parts.items()})

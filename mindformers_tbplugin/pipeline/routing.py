@@ -164,10 +164,15 @@ class MetricRouter:
             self._system.add(step_metrics.system)
             self._job.add(step_metrics.system)
             self._losses.add(step, step_metrics.data.get(metrics.TRAIN_LOSS))
-        if self.collectives is not None:
-            every = self.options.aggregate_every
-            if step // every > self._last_aggregated_step // every:
-                self.aggregate(step)
+        if self.aggregation_due(step):
+            self.aggregate(step)
+
+    def aggregation_due(self, step: int) -> bool:
+        """Whether the logged step ``step`` ends an interval: its :meth:`log_step` runs the collective."""
+        if self.collectives is None:
+            return False
+        every, last = self.options.aggregate_every, self._last_aggregated_step
+        return step // every > (step - 1 if last is None else last) // every
 
     def _add_gradient_norms(self, step_metrics: StepMetrics) -> None:
         """Group this step's per-parameter squared gradient norms: into the interval's aggregation

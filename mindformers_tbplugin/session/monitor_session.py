@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from mindformers_tbplugin.framework import run_description
+from mindformers_tbplugin.framework.accumulators import Captured
 from mindformers_tbplugin.framework.attention_logits import AttentionLogits
 from mindformers_tbplugin.framework.collectives import Collectives
 from mindformers_tbplugin.framework.eval_hook import EvalRecorder
@@ -33,6 +34,7 @@ from mindformers_tbplugin.pipeline.routing import MetricRouter, RouterOptions
 from mindformers_tbplugin.pipeline.run import Run, training_run
 from mindformers_tbplugin.registration import exit_status
 from mindformers_tbplugin.session import run_folder, run_record
+from mindformers_tbplugin.session.step_backlog import StepBacklog
 from mindformers_tbplugin.session.tensorboard_options import TensorBoardOptions
 from mindformers_tbplugin.tfevents.registry import get_writer, on_sigterm, remove_sigterm_listener
 from mindformers_tbplugin.tfevents.writer import RunWriter
@@ -113,6 +115,8 @@ class MonitorSession:
             periodic[name] for name, reader in begin.items() if reader is not None and name in periodic
         )
         self.next_begin: float = 0  # the first step_began runs: it starts the first step's clock
+        self._backlog = StepBacklog(self.failed)
+        self._background: RunWriter | None = None  # the writer whose thread routes the backlog
         self.router = self._open(start)
         if self._tap is not None:
             self._tap.install(start.eval_callbacks)
@@ -163,6 +167,9 @@ class MonitorSession:
             ),
         )
         router = MetricRouter(topology, router_options, self.writer, rank_writer, collectives, run)
+        self._background = self.writer or rank_writer
+        if self._background is not None:
+            self._background.before_drain = functools.partial(self._backlog.route, False)
         if self._eval is not None:
             self._eval.attach(start.eval_callbacks)
         if self.writer is not None:
@@ -253,32 +260,41 @@ class MonitorSession:
         step_metrics, self._ahead = self._ahead, None
         if step_metrics is None or step_metrics.step != step:
             step_metrics = self._read_outputs(step, step_end.outputs())
-        data, system = step_metrics.data, step_metrics.system
-        if self._loss_divisor != 1.0 and metrics.TRAIN_LOSS in data:
-            data[metrics.TRAIN_LOSS] /= self._loss_divisor
-        if self._static_lr is not None and metrics.TRAIN_LR not in step_metrics.model:
-            step_metrics.model[metrics.TRAIN_LR] = self._static_lr
         step_time = None if self._last_log_time is None else (now - self._last_log_time) / steps_done
-        if step_time is not None:
-            system.update(metrics.throughput(step_time, self.facts.samples_per_step, self.facts.tokens_per_sample))
-            if self.options.throughput_baseline:
-                system.update(metrics.linearity(system, self.topology.world_size, self.options.throughput_baseline))
-        self.outputs.add_to(step_metrics, self._loss_divisor, step_time)
+        captured = self.outputs.take(step)
         if self._memory is not None:
-            system.update(self._memory.read(now))
+            step_metrics.system.update(self._memory.read(now))
         if step >= self._next_periodic:
             self._add_periodic(step, last, step_metrics)
             self._next_periodic = schedules.next_due(self._periodic_schedules, step)
         for extra in self.extra:
             self._add_extra(extra, step_end.hook_args, step_metrics)
-        self.router.log_step(step_metrics)
-        if self.router.stop_agreed and not self._stopping:
-            self._stopping = True
-            logger.warning("%s: a rank asked the job to stop; every rank stops after step %d", NAME, step)
-            self.run.stop.agreed(self.topology.writer_rank)
-            self._request_stop()
+        # What is left is host work on numbers already read: routed later on the writer thread, in a batch,
+        # unless this step needs it now (session/step_backlog.py).
+        self._backlog.add(self._route_step, step_metrics, captured, step_time)
+        if self._background is None or self.run.listening or self.router.aggregation_due(step):
+            self._backlog.route()
+            if self.router.stop_agreed and not self._stopping:
+                self._stopping = True
+                logger.warning("%s: a rank asked the job to stop; every rank stops after step %d", NAME, step)
+                self.run.stop.agreed(self.topology.writer_rank)
+                self._request_stop()
         self._last_logged_step = step
         self._last_log_time = time.perf_counter()
+
+    def _route_step(self, step_metrics: StepMetrics, captured: Captured | None, step_time: float | None) -> None:
+        """A logged step's tags from its read values, to the router (on whichever thread routes the backlog)."""
+        data, system = step_metrics.data, step_metrics.system
+        if self._loss_divisor != 1.0 and metrics.TRAIN_LOSS in data:
+            data[metrics.TRAIN_LOSS] /= self._loss_divisor
+        if self._static_lr is not None and metrics.TRAIN_LR not in step_metrics.model:
+            step_metrics.model[metrics.TRAIN_LR] = self._static_lr
+        if step_time is not None:
+            system.update(metrics.throughput(step_time, self.facts.samples_per_step, self.facts.tokens_per_sample))
+            if self.options.throughput_baseline:
+                system.update(metrics.linearity(system, self.topology.world_size, self.options.throughput_baseline))
+        self.outputs.add_to(step_metrics, captured, self._loss_divisor, step_time)
+        self.router.log_step(step_metrics)
 
     def _read_outputs(self, step: int, outputs: Any) -> StepMetrics:
         step_metrics = metrics.train_metrics(step, outputs)
@@ -357,7 +373,9 @@ class MonitorSession:
         except (TypeError, ValueError) as exc:
             self._warn_once("log_scalars", f"log_scalars got a value that is not a number ({exc}); dropped")
             return
-        self.router.log_values(self.step if step is None else int(step), clean, kind)
+        self._backlog.add(self.router.log_values, self.step if step is None else int(step), clean, kind)
+        if self._background is None or self.run.listening:
+            self._backlog.route()
 
     def log_text(self, tag: str, text: str, step: int | None) -> None:
         """``log_text`` while the training runs: the main run's, on the writing rank."""
@@ -380,6 +398,9 @@ class MonitorSession:
             self._tap.remove()
         if self._eval is not None:
             self._eval.detach()
+        if self._background is not None:
+            self._background.before_drain = None
+        self._backlog.route()  # the steps not yet routed, before the last aggregation
         router, self.router = self.router, None
         if router is None:
             return

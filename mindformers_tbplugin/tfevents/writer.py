@@ -56,6 +56,9 @@ class RunWriter:
         self._warn_once = WarnOnce()
         self._on_close = on_close
         self.files: list[Path] = []
+        # Run on this thread before each drain and before a flush is honoured; True when it queued
+        # records (the session's step backlog, session/step_backlog.py).
+        self.before_drain: Callable[[], bool] | None = None
         self._thread = threading.Thread(target=self._run, name=f"mftb-writer:{self.run_dir.name}", daemon=True)
         self._thread.start()
 
@@ -141,9 +144,19 @@ class RunWriter:
     def _drain(self) -> bool:
         """Write all queued items. Returns True once a close request has been handled."""
         pending = self._pending
+        # A flush or close waits until the records the hook queued (behind it) are written: until this
+        # many items have left the queue.
+        routed_until = len(pending) if self._before_drain() else 0
         while pending:
             item = pending.popleft()
+            routed_until -= 1
             kind = item[0]
+            if kind in (_FLUSH, _CLOSE):
+                if self._before_drain():
+                    routed_until = len(pending)
+                if routed_until > 0:
+                    pending.append(item)
+                    continue
             if kind == _SCALARS:
                 self._write(encode_scalars_event, item[1], item[2], item[3])
             elif kind == _TEXT:
@@ -167,6 +180,16 @@ class RunWriter:
                 return True
         self._report_dropped()
         return False
+
+    def _before_drain(self) -> bool:
+        hook = self.before_drain
+        if hook is None:
+            return False
+        try:
+            return hook()
+        except Exception as exc:  # the writer thread must outlive it
+            self._warn_once("before_drain", f"TensorBoard writer for {self.run_dir}: {exc!r} before writing")
+            return False
 
     def _report_dropped(self) -> None:
         if self._dropped:

@@ -21,7 +21,7 @@ from mindformers_tbplugin.pipeline.topology import Topology
 def test_a_logged_step_gets_tflops_per_device_and_mfu() -> None:
     outputs = ModelOutputs(StepFlops(8e15, ESTIMATE), {}, devices=8, peak=1000.0)
     step = StepMetrics(10, data={"train/loss": 2.0})
-    outputs.add_to(step, loss_divisor=4.0, step_time_s=2.0)
+    outputs.add_to(step, outputs.take(10), loss_divisor=4.0, step_time_s=2.0)
     # 8 PFLOPs in 2 s over 8 devices: 500 TFLOPS each, half of a 1000 TFLOPS peak
     assert step.system == {metrics.PERF_MODEL_TFLOPS: pytest.approx(500.0), metrics.PERF_MFU: pytest.approx(0.5)}
     assert step.data == {"train/loss": 2.0}  # no loss parts: the loss is the wrapper's, untouched
@@ -36,7 +36,7 @@ def test_without_flops_or_a_step_time_nothing_is_added() -> None:
     ):
         step = StepMetrics(10)
         outputs.step_began(True, True)
-        outputs.add_to(step, 1.0, step_time)
+        outputs.add_to(step, outputs.take(10), 1.0, step_time)
         assert step.system == {}
     assert ModelOutputs(None, {}, 8, None).describe() == "no model FLOPs"
 

@@ -7,15 +7,19 @@ logged step may cross a multiple or not, and read the written event files back w
 from __future__ import annotations
 
 import math
+import threading
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import plugin_log, read_scalars
 from mindspore import Parameter, Tensor
 
 from mindformers_tbplugin import TensorBoardMonitor
 from mindformers_tbplugin.framework.model_facts import ModelFacts
 from mindformers_tbplugin.framework.trainers import StepEnd, TrainStart
+from mindformers_tbplugin.pipeline.metrics import StepMetrics
+from mindformers_tbplugin.pipeline.routing import MetricRouter
 from mindformers_tbplugin.pipeline.topology import Topology
 
 STEPS = 30
@@ -90,3 +94,49 @@ def test_a_step_end_that_fails_is_said_once_and_the_next_steps_are_written(tmp_p
     said = [message for message in messages if "device lost" in message]
     assert said == ["TensorBoardMonitor: RuntimeError('device lost at step 1') in step_ended; training continues"]
     assert [step for step, _ in read_scalars(monitor.run_dir)["train/loss"]] == [4, 5, 6]
+
+
+def test_logged_steps_are_routed_on_the_writer_thread_unless_a_listener_needs_them_at_their_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # session/step_backlog.py: a step end queues its read values; the writer thread routes them in a batch
+    # before it writes. A listener (AlertMonitor's rules) gets each step's values at that step's end.
+    routed_on: list[tuple[int, str]] = []
+    log_step = MetricRouter.log_step
+
+    def recording(router: MetricRouter, step_metrics: StepMetrics) -> None:
+        routed_on.append((step_metrics.step, threading.current_thread().name))
+        log_step(router, step_metrics)
+
+    monkeypatch.setattr(MetricRouter, "log_step", recording)
+    monitor = TensorBoardMonitor(log_dir=str(tmp_path / "tb"), experiment="backlog", log_every=1, resume=False)
+    topology = Topology(0, 1, 1, "stand_alone", False, communicating=False)
+    start = TrainStart("classic", ModelFacts(), topology, None, None, 1, 20, None, None, None, {}, lambda: None)
+    monitor.train_started(start)
+
+    def step_to(step: int) -> None:
+        monitor.step_began(step)
+        outputs = (float(step), False, 1.0, 0.001, 1.0)
+        monitor.step_ended(StepEnd(step, None, lambda _args, _step, outputs=outputs: outputs))
+
+    for step in range(1, 11):
+        step_to(step)
+    assert all(name != threading.current_thread().name for _, name in routed_on)  # none at a step end
+    assert monitor.session.writer.flush()  # a flush carries every step queued before it
+    assert [step for step, _ in routed_on] == list(range(1, 11))
+    assert {name for _, name in routed_on} == {"mftb-writer:" + monitor.run_dir.name}
+    assert [step for step, _ in read_scalars(monitor.run_dir)["train/loss"]] == list(range(1, 11))
+
+    heard: list[tuple[int, float]] = []
+    monitor.run.subscribe(lambda step, values: heard.append((step, values["train/loss"])))
+    for step in range(11, 16):
+        step_to(step)
+        assert heard[-1] == (step, float(step))  # at its own step end, on the training thread
+    assert routed_on[10:] == [(step, threading.current_thread().name) for step in range(11, 16)]
+
+    monitor.run.unsubscribe(monitor.run._listeners[0])
+    for step in range(16, 21):
+        step_to(step)
+    monitor.train_ended(None)  # what the writer thread has not routed yet is routed at the end
+    assert [step for step, _ in routed_on] == list(range(1, 21))
+    assert read_scalars(monitor.run_dir)["train/loss"] == [(step, float(step)) for step in range(1, 21)]

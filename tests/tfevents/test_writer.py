@@ -108,6 +108,39 @@ def test_a_failing_record_builder_costs_only_its_record(tmp_path: Path) -> None:
     assert [(e.step, e.value) for e in accumulator.Scalars("train/loss")] == [(2, 1.5)]
 
 
+def test_a_flush_waits_for_what_the_before_drain_hook_queues(tmp_path: Path) -> None:
+    # The session's step backlog is routed by this hook on the writer thread: a flush must carry the
+    # steps queued before it, though their records only exist once the hook has run.
+    writer = RunWriter(tmp_path / "run", flush_secs=60.0)
+    backlog = [(step, {"train/loss": float(step)}) for step in (1, 2, 3)]
+    on_thread: list[str] = []
+
+    def route() -> bool:
+        on_thread.append(threading.current_thread().name)
+        routed = bool(backlog)
+        while backlog:
+            writer.add_scalars(*backlog.pop(0))
+        return routed
+
+    writer.before_drain = route
+    flushes = [threading.Thread(target=writer.flush) for _ in range(3)]  # several waiting at once
+    for flush in flushes:
+        flush.start()
+    for flush in flushes:
+        flush.join(10)
+    assert read_scalars(tmp_path / "run")["train/loss"] == [(1, 1.0), (2, 2.0), (3, 3.0)]
+    backlog.append((5, {"train/loss": 5.0}))
+    assert writer.flush()
+    assert read_scalars(tmp_path / "run")["train/loss"][-1] == (5, 5.0)
+    assert set(on_thread) == {"mftb-writer:run"}
+    writer.before_drain = lambda: 1 / 0  # a hook that fails is said once; the writer carries on
+    with plugin_log() as messages:
+        writer.add_scalars(6, {"train/loss": 6.0})
+        writer.close()
+    assert any("ZeroDivisionError" in message for message in messages)
+    assert read_scalars(tmp_path / "run")["train/loss"][-1] == (6, 6.0)
+
+
 # -- a stalled writer thread -----------------------------------------------------------------------
 def stall(writer: RunWriter) -> threading.Event:
     """Block the writer thread for real inside a write (as on a disk that stops answering) until the
