@@ -149,8 +149,8 @@ def _percent(ratio: float) -> str:
 
 # (model, ranks, trainings, steps per training); 2 ranks only in the full run (an msrun job each). A step's
 # time varies by 10-15% from one to the next on this machine with 1 rank (25% with 2 ranks sharing its two
-# cores): 600-900 groups of four blocks narrow a 95% interval to about +-0.4% with 1 rank, 300 to about
-# +-1.4% with 2 ranks. Any other load on the machine widens them.
+# cores): 750-1500 groups of four blocks narrow a 95% interval to about +-0.3% with 1 rank, 450 to about
+# +-1.3% with 2 ranks; runs of one plan still differ by up to 0.4%. Any other load on the machine widens them.
 FULL_PLAN = [(LLAMA, 1, 3, 20000), (LLAMA, 2, 3, 4000), (DEEPSEEK3_NAME, 1, 3, 10000)]
 QUICK_PLAN = [(LLAMA, 1, 1, 400), (DEEPSEEK3_NAME, 1, 1, 300)]
 
