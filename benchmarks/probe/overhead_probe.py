@@ -9,6 +9,10 @@ The same process, compiled graph and memory layout serve both variants, which re
 run-to-run noise that separate trainings carry. The pattern depends on the step alone, so under msrun
 every rank switches at the same steps and the monitor's collectives stay matched.
 
+Two controls check the method itself (``forward``): ``none`` gives the monitor no step at all (it is built and
+started, its writer thread runs: an A/A comparison, which should show nothing), ``reads`` gives it only its
+read of a logged step's outputs ahead of the step end's callbacks (the device reads, and nothing after them).
+
 At train end each rank writes ``<output>/rank_<id>.json``: step start stamps, which steps were on, the training-thread
 seconds spent inside the monitor's ``step_begin``, its read ahead of the step end's first callback and its
 ``step_end``, and the CPU seconds the monitor's writer thread spent from step ``warmup_steps`` to the end (after
@@ -30,6 +34,7 @@ from mindformers_tbplugin import TensorBoardMonitor
 from mindformers_tbplugin.session.monitor_session import MonitorSession
 
 BLOCK_PATTERN = (False, True, True, False)
+FORWARD = ("all", "reads", "none")  # what the monitor gets in the "on" blocks
 
 
 def thread_cpu_seconds(prefix: str) -> float:
@@ -46,9 +51,17 @@ def thread_cpu_seconds(prefix: str) -> float:
 
 class OverheadProbe(Callback):
     def __init__(
-        self, block: int = 10, warmup_steps: int = 20, output: str = "probe", monitor: dict[str, Any] | None = None
+        self,
+        block: int = 10,
+        warmup_steps: int = 20,
+        output: str = "probe",
+        monitor: dict[str, Any] | None = None,
+        forward: str = "all",
     ) -> None:
         super().__init__()
+        if forward not in FORWARD:
+            raise ValueError(f"OverheadProbe: forward {forward!r} is not one of {FORWARD}")
+        self.forward = forward
         self.block = block
         self.warmup_steps = warmup_steps
         self.writer_cpu_at_warmup = 0.0
@@ -58,7 +71,10 @@ class OverheadProbe(Callback):
         # not in the monitor's step end: in the "off" blocks they must not be read either (this process runs
         # one training: patched class-wide).
         due = MonitorSession._ahead_due
-        MonitorSession._ahead_due = lambda session, step: due(session, step) if self._is_on(step) else (False, False)
+        reads = forward != "none"
+        MonitorSession._ahead_due = lambda session, step: (
+            due(session, step) if reads and self._is_on(step) else (False, False)
+        )
         read_ahead = MonitorSession._read_ahead
 
         def timed_read_ahead(session: MonitorSession, run_context: Any) -> None:
@@ -89,7 +105,7 @@ class OverheadProbe(Callback):
         began = time.perf_counter()
         self.starts.append(began)
         self._begin_seconds = 0.0
-        if self._is_on(int(run_context.original_args().cur_step_num)):
+        if self.forward == "all" and self._is_on(int(run_context.original_args().cur_step_num)):
             self.monitor.on_train_step_begin(run_context)
             self._begin_seconds = time.perf_counter() - began
 
@@ -100,7 +116,8 @@ class OverheadProbe(Callback):
         if not self._is_on(step):
             return
         began = time.perf_counter()
-        self.monitor.on_train_step_end(run_context)
+        if self.forward == "all":
+            self.monitor.on_train_step_end(run_context)
         self.inside_seconds.append(time.perf_counter() - began + self._begin_seconds + self._ahead_seconds)
         self._ahead_seconds = 0.0
         self.on_steps.append(step)
