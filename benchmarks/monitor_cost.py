@@ -13,8 +13,9 @@ and the block comparison cannot attribute it: its CPU time per logged step is me
 verdict per model and rank count: the upper bound of the 95% interval of the median group ratio over
 all its trainings, plus the writer share, <= +1%.
 
-Two controls check the method: the same probe with the monitor given nothing in the "on" blocks (A/A:
-the interval is the method's own noise) and given only its read of the step's outputs.
+Controls check the method: the same probe with the monitor given nothing in the "on" blocks (A/A: the
+interval is the method's own noise; 1 rank, and 2 ranks in the full run) and given only its read of the
+step's outputs.
 
 Also shown: the time spent inside the monitor (step begin, read ahead, step end). With several ranks its
 mean includes waiting in the monitor's all-reduce for the slower rank, a wait the training's own gradient
@@ -160,11 +161,11 @@ def _percent(ratio: float) -> str:
 # +-1.3% with 2 ranks; runs of one plan still differ by up to 0.4%. Any other load on the machine widens them.
 FULL_PLAN = [(LLAMA, 1, 3, 20000), (LLAMA, 2, 3, 4000), (DEEPSEEK3_NAME, 1, 3, 10000)]
 QUICK_PLAN = [(LLAMA, 1, 1, 400), (DEEPSEEK3_NAME, 1, 1, 300)]
-# Controls of the method, one tiny LLaMA training each (what the monitor gets in the "on" blocks, steps):
+# Controls of the method, one tiny LLaMA training each (what the monitor gets in the "on" blocks, ranks, steps):
 # nothing (A/A), and only its read of the step's outputs ahead of the callbacks.
 CONTROLS = {"none": "nothing (A/A)", "reads": "only the read of the step's outputs"}
-FULL_CONTROLS = [("none", 20000), ("reads", 20000)]
-QUICK_CONTROLS = [("none", 200), ("reads", 200)]
+FULL_CONTROLS = [("none", 1, 20000), ("reads", 1, 20000), ("none", 2, 4000)]
+QUICK_CONTROLS = [("none", 1, 200), ("reads", 1, 200)]
 
 
 def markdown_section(quick: bool, models: tuple[str, ...] = (LLAMA, DEEPSEEK3_NAME)) -> tuple[str, list[str]]:
@@ -173,7 +174,7 @@ def markdown_section(quick: bool, models: tuple[str, ...] = (LLAMA, DEEPSEEK3_NA
     with tempfile.TemporaryDirectory(prefix="mftb-bench-data-") as name:
         controls = (QUICK_CONTROLS if quick else FULL_CONTROLS) if LLAMA in models else []
         samples: dict[str, int] = {}  # per model, the most any of its trainings reads
-        for model, ranks, steps in [*((m, r, s) for m, r, _, s in plan), *((LLAMA, 1, s) for _, s in controls)]:
+        for model, ranks, steps in [*((m, r, s) for m, r, _, s in plan), *((LLAMA, r, s) for _, r, s in controls)]:
             samples[model] = max(samples.get(model, 0), steps * BATCH[model] * ranks)
         make = {LLAMA: make_data, DEEPSEEK3_NAME: make_mcore_data}
         data = {model: make[model](Path(name), count) for model, count in samples.items()}
@@ -183,7 +184,8 @@ def markdown_section(quick: bool, models: tuple[str, ...] = (LLAMA, DEEPSEEK3_NA
             for _ in range(runs)
         ]
         control_results = [
-            (forward, steps, run_probe(1, steps, data[LLAMA], LLAMA, forward=forward)) for forward, steps in controls
+            (forward, ranks, steps, run_probe(ranks, steps, data[LLAMA], LLAMA, forward=forward))
+            for forward, ranks, steps in controls
         ]
     lines = [
         "## TensorBoardMonitor on and off within one training",
@@ -241,24 +243,24 @@ def markdown_section(quick: bool, models: tuple[str, ...] = (LLAMA, DEEPSEEK3_NA
     return "\n".join(lines), missed
 
 
-def _control_lines(control_results: list[tuple[str, int, ProbeResult]]) -> list[str]:
+def _control_lines(control_results: list[tuple[str, int, int, ProbeResult]]) -> list[str]:
     """The controls' table: the same probe and analysis, the monitor given less in the "on" blocks."""
     lines = [
-        f'Controls of the method ({LLAMA}, 1 rank, one training each): the same probe, but in the "on" blocks '
+        f'Controls of the method ({LLAMA}, one training each): the same probe, but in the "on" blocks '
         "the monitor (built, started, its writer thread running) gets nothing at all, an A/A comparison whose "
         "interval is the method's own noise; or only its read of the step's outputs ahead of MindFormers' "
         "callbacks (the device reads; the wait for the step's graph moves there from MFLossMonitor).",
         "",
-        "| the monitor gets | steps | step ms off | step ms on | on vs off | 95% interval | groups "
+        "| the monitor gets | ranks | steps | step ms off | step ms on | on vs off | 95% interval | groups "
         "| writer threads CPU µs/step | inside median µs |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for forward, steps, result in control_results:
+    for forward, ranks, steps, result in control_results:
         ratio, low, high = median_with_interval(result.group_ratios)
         lines.append(
-            f"| {CONTROLS[forward]} | {steps} | {result.off_ms:.2f} | {result.on_ms:.2f} | {_percent(ratio)} | "
-            f"{_percent(low)} to {_percent(high)} | {len(result.group_ratios)} | {result.writer_us_per_step:.1f} | "
-            f"{result.inside_median_us:.1f} |"
+            f"| {CONTROLS[forward]} | {ranks} | {steps} | {result.off_ms:.2f} | {result.on_ms:.2f} | "
+            f"{_percent(ratio)} | {_percent(low)} to {_percent(high)} | {len(result.group_ratios)} | "
+            f"{result.writer_us_per_step:.1f} | {result.inside_median_us:.1f} |"
         )
     return [*lines, ""]
 

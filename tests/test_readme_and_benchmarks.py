@@ -76,7 +76,7 @@ def test_benchmark_harness_writes_a_table(tmp_path: Path) -> None:
     on_off = r"on vs off [+-][0-9.]+%, upper 95% bound [+-][0-9.]+% \+ writer threads [0-9.]+% = [+-][0-9.]+%"
     assert re.search(r"- tiny LLaMA, 1 rank\(s\): " + on_off, text)
     assert re.search(r"- tiny DeepSeek-V3, 1 rank\(s\): " + on_off, text)
-    control = r" \| 200 \| [0-9.]+ \| [0-9.]+ \| [+-][0-9.]+% \| [+-][0-9.]+% to [+-][0-9.]+% \| \d+ \|"
+    control = r" \| 1 \| 200 \| [0-9.]+ \| [0-9.]+ \| [+-][0-9.]+% \| [+-][0-9.]+% to [+-][0-9.]+% \| \d+ \|"
     assert re.search(r"\| nothing \(A/A\)" + control, text)
     assert re.search(r"\| only the read of the step's outputs" + control, text)
     # the one event decoder beside protobuf's, and the mcore models' reads
