@@ -262,14 +262,6 @@ def _control_lines(control_results: list[tuple[str, int, int, ProbeResult]]) -> 
             f"{_percent(ratio)} | {_percent(low)} to {_percent(high)} | {len(result.group_ratios)} | "
             f"{result.writer_us_per_step:.1f} | {result.inside_median_us:.1f} |"
         )
-    lines.append("")
-    for forward, ranks, steps, result in control_results:
-        if forward == "none":
-            _, low, high = median_with_interval(result.group_ratios)
-            lines.append(
-                f"- A/A, {ranks} rank(s), {steps} steps: {_percent(low)} to {_percent(high)} with nothing to measure: "
-                "the method's resolution at that length"
-            )
     return [*lines, ""]
 
 
