@@ -107,6 +107,9 @@ class Rank:
     collectives: FakeCollectives
 
 
+FORWARDED_OPTIONS = ("routers", "expert_", "dead_", "aggregate_seconds")  # RouterOptions fields passed as given
+
+
 def make_job(
     world_size: int,
     stages: int = 1,
@@ -136,7 +139,7 @@ def make_job(
             gradient_groups=options.get("gradient_groups"),  # type: ignore[arg-type]
             rank_layout=options.get("rank_layout") if topology.is_writer else None,  # type: ignore[arg-type]
             rank_records=bool(options.get("rank_records", True)),
-            **{key: value for key, value in options.items() if key.startswith(("routers", "expert_", "dead_"))},
+            **{key: value for key, value in options.items() if key.startswith(FORWARDED_OPTIONS)},
         )
         router = MetricRouter(topology, router_options, main, rank_run, collectives)  # type: ignore[arg-type]
         ranks.append(Rank(topology, router, main, rank_run, collectives))

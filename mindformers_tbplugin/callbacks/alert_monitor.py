@@ -32,7 +32,7 @@ class AlertMonitor(MonitorCallback):
     ``run_context.request_stop()``; MindFormers 2.x's PyNative trainer: its step limit), so
     checkpoints and event files are closed normally. With several ranks the request rides in
     TensorBoardMonitor's next cross-rank aggregation, and every rank stops
-    after that step (at most ``aggregate_every`` steps later). The run's ``meta/status`` then reads
+    after that step (at most one aggregation interval later). The run's ``meta/status`` then reads
     ``stopped by AlertMonitor (<rule> on <tag>) at step N`` and ``mftb train`` exits with status 3.
     With per-layer gradient norms (``runner_wrapper.local_norm``), an alert on a gradient norm names
     the three groups that stand out most against their own recent median; an alert on a ``moe/`` tag
@@ -145,7 +145,7 @@ class AlertMonitor(MonitorCallback):
     def _with_culprits(self, step: int, fired: list[Alert], values: dict[str, float] | None) -> list[Alert]:
         """The alerts to report now. On a multi-rank job the group norms of a step are written at the
         next cross-rank aggregation, after ``train/grad_norm``: an alert on a gradient norm waits for
-        them (at most ``aggregate_every`` steps), or goes out as it is once a later step's arrive."""
+        them (at most one aggregation interval), or goes out as it is once a later step's arrive."""
         ready, held = [], []
         for alert in [*self._held, *fired]:
             if values is not None and alert.step == step:

@@ -4,8 +4,9 @@ Per aggregation interval a multi-rank job communicates exactly once, however man
 are: one all-reduce (sum) of a float32 vector holding every data metric of every logged step of
 the interval, followed by one slot per rank for that rank's few system values (each rank fills only
 its own slot, so the sum gathers them), and four floats for the job's throughput (one rank per
-data-parallel replica adds its replica's rate). The vector's size is fixed for the whole run (a collective
-with mismatched sizes would hang), and the data part carries a fingerprint of the tag layout so that
+data-parallel replica adds its replica's rate). The vector's size is the same on every rank (a collective
+with mismatched sizes would hang): it changes only with the interval's stretch, which every rank
+takes from the previous all-reduce, and the data part carries a fingerprint of the tag layout so that
 ranks logging different data tags are detected instead of being averaged wrongly.
 """
 
@@ -34,6 +35,19 @@ class CollectiveOps(Protocol):
     def all_gather(self, vector: np.ndarray) -> np.ndarray: ...
 
 
+class IntervalRows:
+    """An aggregator's rows (logged steps, or router reads) per interval: the configured interval's,
+    times the stretch every rank agreed in the last all-reduce (:mod:`.interval_stretch`). Changed only
+    between intervals, when nothing is pending, so every rank packs a vector of the same size."""
+
+    def __init__(self, rows_per_interval: int) -> None:
+        self.rows_per_interval = max(rows_per_interval, 1)
+        self.capacity = self.rows_per_interval
+
+    def stretch(self, factor: int) -> None:
+        self.capacity = self.rows_per_interval * factor
+
+
 MAX_DATA_TAGS = 32  # data metrics averaged per step; beyond that, the writing rank's own values are written
 _FINGERPRINT_BITS = 32
 
@@ -50,7 +64,7 @@ class DataReduction:
     local_only: list[tuple[int, dict[str, float]]]  # tags beyond MAX_DATA_TAGS, this rank's values
 
 
-class DataAggregator:
+class DataAggregator(IntervalRows):
     """Packs an interval's data metrics into one fixed-size vector for one all-reduce.
 
     Layout (float32): ``[holders, fingerprint bits x32, sums (K x T), counts (K x T)]`` with K the
@@ -59,13 +73,13 @@ class DataAggregator:
     """
 
     def __init__(self, steps_per_interval: int) -> None:
-        self.capacity_steps = max(steps_per_interval, 1)
+        super().__init__(steps_per_interval)
         self.pending: list[tuple[int, dict[str, float]]] = []
         self.overflow_tags: list[str] = []
 
     @property
     def size(self) -> int:
-        return 1 + _FINGERPRINT_BITS + 2 * self.capacity_steps * MAX_DATA_TAGS
+        return 1 + _FINGERPRINT_BITS + 2 * self.capacity * MAX_DATA_TAGS
 
     def add(self, step: int, values: dict[str, float]) -> None:
         if self.pending and self.pending[-1][0] == step:
@@ -86,10 +100,10 @@ class DataAggregator:
         vector[0] = 1.0
         fingerprint = zlib.crc32("\n".join(tags).encode("utf-8"))
         vector[1 : 1 + _FINGERPRINT_BITS] = [(fingerprint >> bit) & 1 for bit in range(_FINGERPRINT_BITS)]
-        block = self.capacity_steps * MAX_DATA_TAGS
-        sums = vector[1 + _FINGERPRINT_BITS : 1 + _FINGERPRINT_BITS + block].reshape(self.capacity_steps, -1)
-        counts = vector[1 + _FINGERPRINT_BITS + block :].reshape(self.capacity_steps, -1)
-        for row, (_, values) in enumerate(self.pending[: self.capacity_steps]):
+        block = self.capacity * MAX_DATA_TAGS
+        sums = vector[1 + _FINGERPRINT_BITS : 1 + _FINGERPRINT_BITS + block].reshape(self.capacity, -1)
+        counts = vector[1 + _FINGERPRINT_BITS + block :].reshape(self.capacity, -1)
+        for row, (_, values) in enumerate(self.pending[: self.capacity]):
             for column, tag in enumerate(tags):
                 if tag in values:
                     sums[row, column] = values[tag]
@@ -98,7 +112,7 @@ class DataAggregator:
 
     def unpack(self, reduced: np.ndarray, tags: list[str]) -> DataReduction:
         """Means per step from the summed vector; clears the interval."""
-        pending, self.pending = self.pending[: self.capacity_steps], []
+        pending, self.pending = self.pending[: self.capacity], []
         local_only = [(step, {t: values[t] for t in self.overflow_tags if t in values}) for step, values in pending]
         local_only = [(step, values) for step, values in local_only if values]
         holders = reduced[0]
@@ -107,10 +121,10 @@ class DataAggregator:
             return DataReduction([], mismatch=False, local_only=local_only)
         if np.any((bits != 0) & (bits != holders)):
             return DataReduction(pending, mismatch=True, local_only=[])
-        block = self.capacity_steps * MAX_DATA_TAGS
+        block = self.capacity * MAX_DATA_TAGS
         # Python lists: a handful of numbers, where numpy's per-element access costs more than it saves.
-        sums = reduced[1 + _FINGERPRINT_BITS : 1 + _FINGERPRINT_BITS + block].reshape(self.capacity_steps, -1).tolist()
-        counts = reduced[1 + _FINGERPRINT_BITS + block :].reshape(self.capacity_steps, -1).tolist()
+        sums = reduced[1 + _FINGERPRINT_BITS : 1 + _FINGERPRINT_BITS + block].reshape(self.capacity, -1).tolist()
+        counts = reduced[1 + _FINGERPRINT_BITS + block :].reshape(self.capacity, -1).tolist()
         steps = []
         for (step, _), row_sums, row_counts in zip(pending, sums, counts, strict=False):
             means = {
@@ -132,7 +146,7 @@ class LossesByRank:
     by_step: list[tuple[int, np.ndarray]]  # (step, each rank's loss at it: (world_size,), -inf: none)
 
 
-class LossAggregator:
+class LossAggregator(IntervalRows):
     """Packs each rank's ``train/loss`` at every logged step of an interval for the same all-reduce:
     the writing rank learns the highest loss of each step and whose it was (a bad batch on one rank
     shows in the mean only divided by the data-parallel size), and each rank's interval mean for the
@@ -144,7 +158,7 @@ class LossAggregator:
     """
 
     def __init__(self, steps_per_interval: int, rank: int, world_size: int, holds_loss: bool) -> None:
-        self.capacity_steps = max(steps_per_interval, 1)
+        super().__init__(steps_per_interval)
         self.rank = rank
         self.world_size = world_size
         self.holds_loss = holds_loss
@@ -152,7 +166,7 @@ class LossAggregator:
 
     @property
     def size(self) -> int:
-        return (self.capacity_steps + 1) * self.world_size
+        return (self.capacity + 1) * self.world_size
 
     def add(self, step: int, loss: float | None) -> None:
         self.pending.append((step, loss))
@@ -161,18 +175,18 @@ class LossAggregator:
         vector = np.zeros(self.size, dtype=np.float32)
         if not self.holds_loss:
             return vector
-        column = vector[self.rank : self.capacity_steps * self.world_size : self.world_size]
-        for row, (_, loss) in enumerate(self.pending[: self.capacity_steps]):
+        column = vector[self.rank : self.capacity * self.world_size : self.world_size]
+        for row, (_, loss) in enumerate(self.pending[: self.capacity]):
             column[row] = -math.inf if loss is None else loss
-        vector[self.capacity_steps * self.world_size + self.rank] = 1.0
+        vector[self.capacity * self.world_size + self.rank] = 1.0
         return vector
 
     def unpack(self, reduced: np.ndarray) -> LossesByRank:
         """The highest loss of each logged step and its rank, and each rank's interval mean (a NaN loss
         counts as infinite: its rank is named, its cell saturates); clears the interval."""
-        pending, self.pending = self.pending[: self.capacity_steps], []
-        block = self.capacity_steps * self.world_size
-        losses = reduced[:block].astype(np.float64).reshape(self.capacity_steps, self.world_size)[: len(pending)]
+        pending, self.pending = self.pending[: self.capacity], []
+        block = self.capacity * self.world_size
+        losses = reduced[:block].astype(np.float64).reshape(self.capacity, self.world_size)[: len(pending)]
         sent = (reduced[block:] > 0)[None, :] & (losses != -np.inf)
         worst = np.where(sent, np.where(np.isnan(losses), np.inf, losses), -np.inf)
         ranks = worst.argmax(axis=1).tolist() if len(pending) else []
@@ -194,7 +208,7 @@ class LossAggregator:
 # ---------------------------------------------------------------------------------------------
 
 
-class GradientAggregator:
+class GradientAggregator(IntervalRows):
     """Packs an interval's per-group squared gradient norms (``runner_wrapper.local_norm``) for the
     same all-reduce. Each rank's are its local gradients' (before the data-parallel reduction); the
     combination is their mean over the ranks that hold the group (a non-zero value: with pipeline
@@ -204,21 +218,21 @@ class GradientAggregator:
     """
 
     def __init__(self, steps_per_interval: int, group_count: int) -> None:
-        self.capacity_steps = max(steps_per_interval, 1)
+        super().__init__(steps_per_interval)
         self.group_count = group_count
         self.pending: list[tuple[int, np.ndarray | None]] = []
 
     @property
     def size(self) -> int:
-        return 2 * self.capacity_steps * self.group_count
+        return 2 * self.capacity * self.group_count
 
     def add(self, step: int, group_squares: np.ndarray | None) -> None:
         self.pending.append((step, group_squares))
 
     def pack(self) -> np.ndarray:
         vector = np.zeros(self.size, dtype=np.float32)
-        sums, holders = vector.reshape(2, self.capacity_steps, self.group_count)
-        for row, (_, squares) in enumerate(self.pending[: self.capacity_steps]):
+        sums, holders = vector.reshape(2, self.capacity, self.group_count)
+        for row, (_, squares) in enumerate(self.pending[: self.capacity]):
             if squares is not None and squares.size == self.group_count:
                 sums[row] = squares
                 holders[row] = squares > 0
@@ -227,8 +241,8 @@ class GradientAggregator:
     def unpack(self, reduced: np.ndarray) -> dict[int, np.ndarray]:
         """``{step: mean over the holding ranks of the group squares}`` (0 for a group nobody
         holds) for the steps any rank sent; clears the interval."""
-        pending, self.pending = self.pending[: self.capacity_steps], []
-        sums, holders = reduced.astype(np.float64).reshape(2, self.capacity_steps, self.group_count)
+        pending, self.pending = self.pending[: self.capacity], []
+        sums, holders = reduced.astype(np.float64).reshape(2, self.capacity, self.group_count)
         means = np.divide(sums, holders, out=np.zeros_like(sums), where=holders > 0)
         return {step: means[row] for row, (step, _) in enumerate(pending) if holders[row].any()}
 
@@ -238,7 +252,7 @@ class GradientAggregator:
 # ---------------------------------------------------------------------------------------------
 
 
-class ExpertLoadAggregator:
+class ExpertLoadAggregator(IntervalRows):
     """Packs an interval's reads of the MoE routers (each expert's load over its layer's mean, and the
     expert bias) for the same all-reduce. A layer's values are averaged over the ranks that hold it:
     every data-parallel rank routes its own tokens, and with pipeline stages a layer lives on its
@@ -248,7 +262,7 @@ class ExpertLoadAggregator:
     """
 
     def __init__(self, reads_per_interval: int, layers: int, experts: int, with_bias: bool) -> None:
-        self.capacity = max(reads_per_interval, 1)
+        super().__init__(reads_per_interval)
         self.shape = (layers, experts)
         self.planes = 2 if with_bias else 1
         self.pending: list[tuple[int, np.ndarray, np.ndarray | None]] = []

@@ -39,7 +39,7 @@ class RankLayout:
 
     world_size: int
     channels: tuple[str, ...]
-    steps_per_interval: int  # aggregate_every
+    steps_per_interval: int  # aggregate_every: the shortest interval (aggregate_seconds may stretch one)
     intervals_per_record: int  # >1: each record is the maximum over that many intervals
     nodes: tuple[int, ...]  # node index of each rank (hosts numbered in the order of their first rank)
     node_names: tuple[str, ...]  # one per node: its host name

@@ -2,8 +2,9 @@
 cross-rank aggregation first, according to their kind.
 
 * data metrics (loss): on a multi-rank job, buffered and averaged over the ranks that hold them
-  every ``aggregate_every`` steps (one all-reduce), then written to the main run at their own steps;
-  with ``aggregate_every: 0`` the writing rank's own values go to the main run under ``local/``.
+  every ``aggregate_every`` steps (one all-reduce; longer when steps are fast, see
+  :mod:`~mindformers_tbplugin.pipeline.interval_stretch`), then written to the main run at their own
+  steps; with ``aggregate_every: 0`` the writing rank's own values go to the main run under ``local/``.
 * model metrics (lr, grad norm): written to the main run by the writing rank, no communication.
 * system metrics (step time, memory): the writing rank's own in the main run, every rank's own in
   ``<run>/rank_<id>/`` when per-rank runs are on, and cross-rank min/max/mean/argmax (plus the
@@ -44,6 +45,7 @@ from mindformers_tbplugin.pipeline.expert_load import DEFAULT_DEAD_FRACTION, Rou
 from mindformers_tbplugin.pipeline.expert_records import ExpertLayout
 from mindformers_tbplugin.pipeline.expert_routing import ExpertLoadRouting
 from mindformers_tbplugin.pipeline.gradient_groups import GroupLayout
+from mindformers_tbplugin.pipeline.interval_stretch import IntervalStretch
 from mindformers_tbplugin.pipeline.metrics import MetricKind, StepMetrics
 from mindformers_tbplugin.pipeline.rank_records import PLUGIN_NAME, TAG, RankLayout, RankRecorder
 from mindformers_tbplugin.pipeline.run import Run
@@ -71,6 +73,7 @@ class RouterOptions:
     dead_expert_fraction: float = DEFAULT_DEAD_FRACTION
     expert_layout: ExpertLayout | None = None  # set on the writing rank: the moe dashboard's records
     expert_reads_per_interval: int = 1  # the most router reads an aggregation interval holds
+    aggregate_seconds: float = 0.0  # >0: intervals stretch to last about this long (interval_stretch.py)
 
 
 class MetricRouter:
@@ -98,6 +101,8 @@ class MetricRouter:
             if self.collectives
             else None
         )
+        every, seconds = options.aggregate_every, options.aggregate_seconds
+        self._stretch = IntervalStretch(every, seconds) if self.collectives else None
         self._job = (
             JobThroughput(topology.data_parallel_factor, topology.speaks_for_a_replica) if self.collectives else None
         )
@@ -172,7 +177,7 @@ class MetricRouter:
         if self.collectives is None:
             return False
         every, last = self.options.aggregate_every, self._last_aggregated_step
-        return step // every > (step - 1 if last is None else last) // every
+        return step // every >= (step - 1 if last is None else last) // every + self._stretch.factor
 
     def _add_gradient_norms(self, step_metrics: StepMetrics) -> None:
         """Group this step's per-parameter squared gradient norms: into the interval's aggregation
@@ -246,6 +251,7 @@ class MetricRouter:
     # -- aggregation --------------------------------------------------------------------------------
     def aggregate(self, step: int) -> None:
         """The interval's one collective; every rank must call this at the same steps."""
+        steps = step - (step - 1 if self._last_aggregated_step is None else self._last_aggregated_step)
         self._last_aggregated_step = step
         self.aggregations += 1
         data, tags = self._data.pack(self.topology.holds_data_metrics)
@@ -255,8 +261,10 @@ class MetricRouter:
         experts = self._experts.aggregator if self._experts is not None else None
         loads = experts.pack() if experts is not None else np.zeros(0, dtype=np.float32)
         losses = self._losses.pack()
+        proposal = self._stretch.proposal(steps)
         stop = np.array([1.0 if self.run.stop.take_request() else 0.0], dtype=np.float32)
-        reduced = self.collectives.all_reduce_sum(np.concatenate([data, system, job, grads, loads, losses, stop]))
+        vector = np.concatenate([data, system, job, grads, loads, losses, proposal, stop])
+        reduced = self.collectives.all_reduce_sum(vector)
         self.stop_agreed = self.stop_agreed or bool(reduced[-1] > 0)
         reduction = self._data.unpack(reduced[: data.size], tags)
         job_start = data.size + system.size
@@ -271,7 +279,8 @@ class MetricRouter:
             experts.unpack(reduced[loads_start:losses_start]) if experts is not None else ()
         ):
             self._experts.write(load_step, relative, bias, self.main, raw=False)
-        by_rank = self._losses.unpack(reduced[losses_start:-1])
+        by_rank = self._losses.unpack(reduced[losses_start:-2])
+        self._stretch_intervals(self._stretch.agree(float(reduced[-2]), self.topology.world_size))
         self.run.keep_rank_losses(by_rank.by_step)  # before the values of their steps reach the alert rules
         for loss_step, values in by_rank.highest:
             combined.setdefault(loss_step, {}).update(values)
@@ -307,6 +316,14 @@ class MetricRouter:
             self._write_main(step, summary)
         if self._ranks is not None:  # the system values, then each rank's mean loss (rank_records.CHANNELS)
             self._write_rank_record(step, self._ranks.add(np.column_stack([gathered, by_rank.interval_means])))
+
+    def _stretch_intervals(self, factor: int) -> None:
+        """The aggregators' room for the next interval, which every rank agreed spans ``factor``
+        intervals of aggregate_every steps."""
+        experts = self._experts.aggregator if self._experts is not None else None
+        for aggregator in (self._data, self._losses, self._grads, experts):
+            if aggregator is not None:
+                aggregator.stretch(factor)
 
     def _write_rank_record(self, step: int, record: np.ndarray | None) -> None:
         """Queue a per-rank record; the writer thread encodes it (a large world's record is big)."""

@@ -151,6 +151,7 @@ class MonitorSession:
         layout = run_folder.rank_layout_of(hosts, topology, options.aggregate_every, options.rank_record_budget)
         router_options = RouterOptions(
             aggregate_every=options.aggregate_every,
+            aggregate_seconds=options.aggregate_seconds,
             rank_policy=options.rank_policy,
             topk_ranks=0 if per_rank else options.topk_ranks,
             vs_samples=options.vs_samples,

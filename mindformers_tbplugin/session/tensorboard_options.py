@@ -64,6 +64,10 @@ class TensorBoardOptions:
             (data metrics averaged over data-parallel ranks, cross-rank system statistics, the job's
             throughput); must be a multiple of log_every. 0 never communicates: the writing rank's own
             values are written, under ``local/`` tags, and no job throughput.
+        aggregate_seconds: When aggregate_every steps take less than this many seconds, an interval
+            spans several of them (up to 100 steps), so that the collective, which costs about the
+            same whatever it carries, stays a small share of fast steps; every rank agrees on the
+            length in the previous collective. 0: exactly every aggregate_every steps.
         rank_policy: ``writer``: one rank writes the main run (the first rank of the last pipeline
             stage); ``all``: additionally every rank writes all its own values to ``rank_<id>/``
             (debugging).
@@ -144,6 +148,7 @@ class TensorBoardOptions:
     extra_metrics: list[str] | None = None
     max_queue: Annotated[int, Range(min=100)] = 100_000
     aggregate_every: Annotated[int, Range(min=0)] = 10
+    aggregate_seconds: Annotated[float, Range(min=0, max=3600)] = 2.0
     rank_policy: Literal["writer", "all"] = "writer"
     per_rank_system: bool | Literal["auto"] = "auto"
     per_rank_limit: Annotated[int, Range(min=1)] = 16

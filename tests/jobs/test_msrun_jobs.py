@@ -60,6 +60,7 @@ def _config(folder: Path, data: Path, num_samples: int, aggregate_every: int, da
             "type": "TensorBoardMonitor",
             "experiment": "dp",
             "aggregate_every": aggregate_every,
+            "aggregate_seconds": 0,  # intervals of exactly aggregate_every steps, which these tests count
             "extra_metrics": [f"rank_hooks:{extra_metric}"],
         },
     ]
@@ -282,9 +283,10 @@ def test_collectives_per_interval_do_not_grow_with_the_number_of_metrics(dp2_job
         payloads.append(int(payload))
     assert counts == [1.0, 1.0]  # 1 data metric + loss, and 20 data metrics + loss
     # The vector as docs/multi-rank.md spells it: 33 + 2 x aggregate_every x 32 floats for the data metrics,
-    # 4 per rank (system), aggregate_every + 1 per rank (losses), 4 (job throughput), 1 (job stop).
-    expected = [4 * (33 + 2 * every * 32 + 4 * world + (every + 1) * world + 5) for every, world in ((4, 2), (2, 4))]
-    assert payloads == expected == [1248, 776]
+    # 4 per rank (system), aggregate_every + 1 per rank (losses), 4 (job throughput), 1 (the next interval's
+    # length), 1 (job stop).
+    expected = [4 * (33 + 2 * every * 32 + 4 * world + (every + 1) * world + 6) for every, world in ((4, 2), (2, 4))]
+    assert payloads == expected == [1252, 780]
     assert len(read_scalars(two_node_job.run_dir)) > len(read_scalars(dp2_job.run_dir)) + 15
 
 
@@ -432,6 +434,23 @@ def _small_job(
     job = _finish(_launch(path, tmp_path / "out", *launch, MFTB_TEST_SLOW_RANK="1"), tmp_path / "out")
     assert job.returncode == status, job.stderr[-3000:] + job.worker_log(0, 0)[-3000:]
     return job
+
+
+def test_fast_steps_stretch_the_aggregation_interval_and_every_step_is_still_averaged(
+    tmp_path: Path, tiny_data: Path
+) -> None:
+    # Rank 1 sleeps 0.15 s per step, so 4 steps take under a second against aggregate_seconds 2.0: after
+    # the first intervals (graph compilation) the ranks agree on intervals of several times 4 steps.
+    job = _small_job(tmp_path, tiny_data, steps=24, aggregate_seconds=2.0)
+    intervals, _, _, _ = COLLECTIVES_LINE.search(job.worker_log(0, 0)).groups()
+    assert 2 <= int(intervals) < 24 // 4, intervals  # 6 with intervals of exactly aggregate_every
+    printed = [mf_losses(job.worker_log(0, rank)) for rank in (0, 1)]
+    main = read_scalars(job.run_dir)
+    losses, highest = dict(main["train/loss"]), dict(main["train/loss_max"])
+    assert sorted(losses) == sorted(highest) == list(range(1, 25))
+    for step, value in losses.items():
+        pair = (printed[0][step][0], printed[1][step][0])
+        assert abs(value - sum(pair) / 2) <= 1e-5 and abs(highest[step] - max(pair)) <= 1e-5, (step, value, pair)
 
 
 def test_without_log_dir_the_runs_go_beside_the_rank_logs_and_the_launcher_says_so(dp2_job: Job) -> None:

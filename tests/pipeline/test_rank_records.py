@@ -188,7 +188,7 @@ def test_a_single_process_router_writes_no_record() -> None:
 # -- whole monitors, real event files ---------------------------------------------------------------------
 def monitor_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, world_size: int, **options: object) -> Path:
     """``world_size`` TensorBoardMonitors of one simulated job (each in its own thread), 10 steps with
-    aggregate_every 4; returns the run folder."""
+    aggregate_every 4 exactly (aggregate_seconds 0); returns the run folder."""
     from mindformers_tbplugin.callbacks import tensorboard_monitor
     from mindformers_tbplugin.framework.model_facts import ModelFacts
     from mindformers_tbplugin.framework.trainers import StepEnd, TrainStart
@@ -199,7 +199,7 @@ def monitor_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, world_size: int
     quiet = {"log_hparams": False, "log_config": False, "log_graph": False, "log_eval": False, "param_norm_every": 0}
     monitors = [
         tensorboard_monitor.TensorBoardMonitor(
-            log_dir=str(tmp_path / "tb"), aggregate_every=4, resume=False, **quiet, **options
+            log_dir=str(tmp_path / "tb"), aggregate_every=4, aggregate_seconds=0, resume=False, **quiet, **options
         )
         for _ in range(world_size)
     ]
