@@ -129,6 +129,7 @@ def run_probe(
             "output": str(folder / "probe"),
             "monitor": monitor,
             "forward": forward,
+            "pin": ranks > 1,
         }
         own = [entry for entry in config["callbacks"] if entry["type"] in ("MFLossMonitor", "TopkBiasBalanceCallback")]
         config["callbacks"] = [*own, probe]
@@ -156,15 +157,16 @@ def _percent(ratio: float) -> str:
 
 
 # (model, ranks, trainings, steps per training); 2 ranks only in the full run (an msrun job each). A step's
-# time varies by 10-15% from one to the next on this machine with 1 rank (25% with 2 ranks sharing its two
-# cores): 750-1500 groups of four blocks narrow a 95% interval to about +-0.3% with 1 rank, 450 to about
-# +-1.3% with 2 ranks; runs of one plan still differ by up to 0.4%. Any other load on the machine widens them.
-FULL_PLAN = [(LLAMA, 1, 3, 20000), (LLAMA, 2, 3, 4000), (DEEPSEEK3_NAME, 1, 3, 10000)]
+# time varies by 10-15% from one to the next on this machine with 1 rank: 750-1500 groups of four blocks
+# narrow a 95% interval to about +-0.3%; runs of one plan still differ by up to 0.4%. Two ranks whose threads
+# migrate over the two cores vary by 25% (a 4,000-step A/A interval 5 points wide); each pinned to a core of
+# its own (the probe's pin), about 1 point. Any other load on the machine widens them.
+FULL_PLAN = [(LLAMA, 1, 3, 20000), (LLAMA, 2, 3, 8000), (DEEPSEEK3_NAME, 1, 3, 10000)]
 QUICK_PLAN = [(LLAMA, 1, 1, 400), (DEEPSEEK3_NAME, 1, 1, 300)]
 # Controls of the method, one tiny LLaMA training each (what the monitor gets in the "on" blocks, ranks, steps):
 # nothing (A/A), and only its read of the step's outputs ahead of the callbacks.
 CONTROLS = {"none": "nothing (A/A)", "reads": "only the read of the step's outputs"}
-FULL_CONTROLS = [("none", 1, 20000), ("reads", 1, 20000), ("none", 2, 4000)]
+FULL_CONTROLS = [("none", 1, 20000), ("reads", 1, 20000), ("none", 2, 8000)]
 QUICK_CONTROLS = [("none", 1, 200), ("reads", 1, 200)]
 
 
@@ -192,8 +194,11 @@ def markdown_section(quick: bool, models: tuple[str, ...] = (LLAMA, DEEPSEEK3_NA
         "",
         "Tiny LLaMA and tiny DeepSeek-V3 (mcore: MoE + MTP, with TopkBiasBalanceCallback: loss parts at every "
         "step, expert loads, model FLOPs, per-layer gradient norms), CPU, graph mode, with MFLossMonitor: `mftb "
-        "train` (1 rank) or an msrun job (2 ranks, data parallel, step times of rank 0). In each training a real "
-        "TensorBoardMonitor with its defaults but log_every 1 (aggregate_every 10, moe_every 10, "
+        "train` (1 rank) or an msrun job (2 ranks, data parallel, step times of rank 0; each rank's threads pinned to "
+        "a core of its own, as on a host with cores to spare per rank, the monitor's writer thread sharing the "
+        "training's core). In each training a real "
+        "TensorBoardMonitor with its defaults but log_every 1 (aggregate_every 10 stretched by aggregate_seconds 2.0, "
+        "moe_every 10, "
         "optimizer_state_every and param_norm_every 100; not the bundled demo configs' schedules of 1 to 16 "
         "steps, set for their 64-step runs) gets the steps of "
         f"blocks of {BLOCK} in the pattern off, on, on, off (`benchmarks/probe/overhead_probe.py`; in the off "

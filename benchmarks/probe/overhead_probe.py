@@ -12,6 +12,7 @@ every rank switches at the same steps and the monitor's collectives stay matched
 Two controls check the method itself (``forward``): ``none`` gives the monitor no step at all (it is built and
 started, its writer thread runs: an A/A comparison, which should show nothing), ``reads`` gives it only its
 read of a logged step's outputs ahead of the step end's callbacks (the device reads, and nothing after them).
+``pin`` gives each rank a core of its own (:func:`pin_to_own_core`).
 
 At train end each rank writes ``<output>/rank_<id>.json``: step start stamps, which steps were on, the training-thread
 seconds spent inside the monitor's ``step_begin``, its read ahead of the step end's first callback and its
@@ -49,6 +50,18 @@ def thread_cpu_seconds(prefix: str) -> float:
     return total
 
 
+def pin_to_own_core() -> None:
+    """Every thread of this process on core RANK_ID mod the machine's cores: under msrun each rank gets a
+    core of its own, as on a host with cores to spare per rank, instead of the ranks' threads migrating
+    over shared cores (the scheduler's noise). Threads started later (the monitor's writer) inherit it."""
+    core = {int(os.environ.get("RANK_ID", "0")) % (os.cpu_count() or 1)}
+    for thread_id in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(thread_id), core)
+        except OSError:  # the thread ended since the listing
+            continue
+
+
 class OverheadProbe(Callback):
     def __init__(
         self,
@@ -57,8 +70,10 @@ class OverheadProbe(Callback):
         output: str = "probe",
         monitor: dict[str, Any] | None = None,
         forward: str = "all",
+        pin: bool = False,
     ) -> None:
         super().__init__()
+        self.pin = pin
         if forward not in FORWARD:
             raise ValueError(f"OverheadProbe: forward {forward!r} is not one of {FORWARD}")
         self.forward = forward
@@ -99,6 +114,8 @@ class OverheadProbe(Callback):
         return BLOCK_PATTERN[(step // self.block) % len(BLOCK_PATTERN)]
 
     def on_train_begin(self, run_context: Any) -> None:
+        if self.pin:
+            pin_to_own_core()
         self.monitor.on_train_begin(run_context)
 
     def on_train_step_begin(self, run_context: Any) -> None:
