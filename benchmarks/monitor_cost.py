@@ -170,11 +170,15 @@ FULL_CONTROLS = [("none", 1, 20000), ("reads", 1, 20000), ("none", 2, 8000)]
 QUICK_CONTROLS = [("none", 1, 200), ("reads", 1, 200)]
 
 
-def markdown_section(quick: bool, models: tuple[str, ...] = (LLAMA, DEEPSEEK3_NAME)) -> tuple[str, list[str]]:
-    """The section, and the missed targets; ``models``: the rows to run (e.g. one model's alone)."""
-    plan = [row for row in (QUICK_PLAN if quick else FULL_PLAN) if row[0] in models]
+def markdown_section(
+    quick: bool, models: tuple[str, ...] = (LLAMA, DEEPSEEK3_NAME), ranks: tuple[int, ...] = (1, 2)
+) -> tuple[str, list[str]]:
+    """The section, and the missed targets; ``models`` and ``ranks``: the rows to run (e.g. one model's
+    alone, or its 2-rank rows and controls alone)."""
+    plan = [row for row in (QUICK_PLAN if quick else FULL_PLAN) if row[0] in models and row[1] in ranks]
     with tempfile.TemporaryDirectory(prefix="mftb-bench-data-") as name:
         controls = (QUICK_CONTROLS if quick else FULL_CONTROLS) if LLAMA in models else []
+        controls = [control for control in controls if control[1] in ranks]
         samples: dict[str, int] = {}  # per model, the most any of its trainings reads
         for model, ranks, steps in [*((m, r, s) for m, r, _, s in plan), *((LLAMA, r, s) for _, r, s in controls)]:
             samples[model] = max(samples.get(model, 0), steps * BATCH[model] * ranks)
