@@ -44,6 +44,7 @@ _STEP_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?step:\[\s*(
 BASELINE = "MFLossMonitor only"
 MFTB_1 = "+ TensorBoardMonitor, log_every 1"
 BUILTIN = "+ MindFormers `tensorboard:` (tensorboardX)"
+# Both with intervals of exactly aggregate_every steps (aggregate_seconds 0), which they compare.
 MFTB_AGG10 = "+ TensorBoardMonitor, log_every 1, aggregate_every 10"
 MFTB_AGG1 = "+ TensorBoardMonitor, log_every 1, aggregate_every 1"
 
@@ -66,9 +67,9 @@ def _variant_config(variant: str, folder: Path) -> dict[str, Any]:
     if variant == MFTB_1:
         callbacks.append(_monitor(folder / "tb"))
     elif variant == MFTB_AGG10:
-        callbacks.append(_monitor(folder / "tb", aggregate_every=10))
+        callbacks.append(_monitor(folder / "tb", aggregate_every=10, aggregate_seconds=0))
     elif variant == MFTB_AGG1:
-        callbacks.append(_monitor(folder / "tb", aggregate_every=1))
+        callbacks.append(_monitor(folder / "tb", aggregate_every=1, aggregate_seconds=0))
     elif variant == BUILTIN:
         # What MindFormers' docs show: MFLossMonitor then writes loss, grad norm, loss scale, timers.
         changes["tensorboard"] = {
