@@ -253,6 +253,17 @@ def test_two_ranks_write_the_mean_load_at_its_step_with_its_record() -> None:
     assert all(rank.collectives.calls == 2 for rank in ranks)  # the loads rode in the one all-reduce
 
 
+def test_a_stretched_interval_holds_a_read_per_step_and_writes_them_all() -> None:
+    # Simulated steps are fast: after the first interval (4 reads) the ranks agree on the longest one.
+    options = expert_routing.router_options(ROUTERS, 1, 1, 4, 0, 0.1)
+    ranks = make_job(2, aggregate_every=4, aggregate_seconds=3600.0, **options)
+    events = record_events(ranks)
+    train(ranks, range(1, 31), moe_step)
+    assert ranks[0].main.series("moe/layers.2/max_violation") == [(step, 0.5) for step in range(1, 31)]
+    assert len(events) == 30 and all(rank.collectives.calls == 2 for rank in ranks)
+    assert ranks[0].router._experts.aggregator.dropped == 0  # room for the 26 reads of the stretched interval
+
+
 def test_rank_policy_all_writes_each_ranks_own_loads_and_records() -> None:
     options = expert_routing.router_options(ROUTERS, 1, 1, 4, 0, 0.1)
     ranks = make_job(2, aggregate_every=4, rank_policy="all", **options)
