@@ -161,6 +161,22 @@ def test_group_norms_of_two_ranks_are_the_root_mean_square_written_at_their_own_
     assert {size for rank in ranks for size in rank.collectives.sizes} == {ranks[0].collectives.sizes[0]}
 
 
+def test_a_stretched_interval_carries_the_group_norms_of_every_step() -> None:
+    # Simulated steps are fast: after the first interval the ranks agree on the longest one.
+    layout = GroupLayout.of(["model.layers.0.w", "lm_head.weight"], "layer")
+    ranks = make_job(2, aggregate_every=4, aggregate_seconds=3600.0, gradient_groups=layout)
+
+    def metrics_of(rank: int, step: int) -> StepMetrics:
+        step_metrics = StepMetrics(step, data={"train/loss": 1.0})
+        step_metrics.grad_squares = np.array([1.0, 4.0]) * (step + 3 * rank)
+        return step_metrics
+
+    train(ranks, range(1, 31), metrics_of)
+    totals = ranks[0].main.series("grad_norm/total")
+    assert totals == [(step, pytest.approx(math.sqrt(5.0 * (step + 1.5)), rel=1e-6)) for step in range(1, 31)]
+    assert all(rank.collectives.calls == 2 for rank in ranks)
+
+
 def test_one_rank_writes_its_own_group_norms_at_once() -> None:
     layout = GroupLayout.of(["model.layers.0.w", "lm_head.weight"], "layer")
     (rank,) = make_job(1, aggregate_every=4, gradient_groups=layout, rank_runs=False)
