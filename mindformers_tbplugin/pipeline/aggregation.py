@@ -65,11 +65,11 @@ class DataReduction:
 
 
 class DataAggregator(IntervalRows):
-    """Packs an interval's data metrics into one fixed-size vector for one all-reduce.
+    """Packs an interval's data metrics into one vector for one all-reduce, the same size on every rank.
 
     Layout (float32): ``[holders, fingerprint bits x32, sums (K x T), counts (K x T)]`` with K the
-    steps of an interval (``aggregate_every``) and T = MAX_DATA_TAGS. A rank that does not hold data metrics
-    (an earlier pipeline stage) contributes zeros.
+    steps of an interval (``aggregate_every``, times its stretch) and T = MAX_DATA_TAGS. A rank that
+    does not hold data metrics (an earlier pipeline stage) contributes zeros.
     """
 
     def __init__(self, steps_per_interval: int) -> None:
