@@ -126,7 +126,8 @@ def test_per_rank_runs_and_the_ranks_dashboard_of_an_msrun_job(tmp_path: Path, t
     config["callbacks"] = [
         {"type": "MFLossMonitor"},
         {"type": "SlowRank", "auto_register": "rank_hooks.SlowRank"},
-        {"type": "TensorBoardMonitor", "experiment": "llama_dp2", "aggregate_every": 4},
+        # a record per 4 steps exactly (aggregate_seconds 0): the dashboard's record count is checked below
+        {"type": "TensorBoardMonitor", "experiment": "llama_dp2", "aggregate_every": 4, "aggregate_seconds": 0},
     ]
     path = tmp_path / "dp2.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
