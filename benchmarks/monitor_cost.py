@@ -171,14 +171,14 @@ QUICK_CONTROLS = [("none", 1, 200), ("reads", 1, 200)]
 
 
 def markdown_section(
-    quick: bool, models: tuple[str, ...] = (LLAMA, DEEPSEEK3_NAME), ranks: tuple[int, ...] = (1, 2)
+    quick: bool, models: tuple[str, ...] = (LLAMA, DEEPSEEK3_NAME), rank_counts: tuple[int, ...] = (1, 2)
 ) -> tuple[str, list[str]]:
-    """The section, and the missed targets; ``models`` and ``ranks``: the rows to run (e.g. one model's
+    """The section, and the missed targets; ``models`` and ``rank_counts``: the rows to run (e.g. one model's
     alone, or its 2-rank rows and controls alone)."""
-    plan = [row for row in (QUICK_PLAN if quick else FULL_PLAN) if row[0] in models and row[1] in ranks]
+    plan = [row for row in (QUICK_PLAN if quick else FULL_PLAN) if row[0] in models and row[1] in rank_counts]
     with tempfile.TemporaryDirectory(prefix="mftb-bench-data-") as name:
         controls = (QUICK_CONTROLS if quick else FULL_CONTROLS) if LLAMA in models else []
-        controls = [control for control in controls if control[1] in ranks]
+        controls = [control for control in controls if control[1] in rank_counts]
         samples: dict[str, int] = {}  # per model, the most any of its trainings reads
         for model, ranks, steps in [*((m, r, s) for m, r, _, s in plan), *((LLAMA, r, s) for _, r, s in controls)]:
             samples[model] = max(samples.get(model, 0), steps * BATCH[model] * ranks)
