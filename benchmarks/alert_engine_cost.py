@@ -50,7 +50,7 @@ def measure(steps: int, rounds: int) -> tuple[float, list[float]]:
     per_round = []
     for index in range(rounds):
         engine = AlertEngine(parse_rules([{"rule": "nonfinite", "action": "stop"}, *DEFAULT_RULES[1:]]))
-        incidents = IncidentRecorder(Run(), GradientCulprits(), [], None)
+        incidents = IncidentRecorder(Run(), GradientCulprits())
         clock = time.perf_counter_ns
         samples = []
         for step, values in enumerate(_steps(steps, index), start=1):

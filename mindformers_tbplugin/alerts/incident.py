@@ -12,7 +12,9 @@ sinks, and as Markdown under ``alerts/incident`` in the Text tab):
   MindFormers' and MindSpore's sharding of an unshuffled MindDataset (framework/data_rows.py); null
   with ``samples_unknown`` saying why when the order cannot be known (a shuffled dataset, ...);
 * ``checkpoint``: the last checkpoint saved before the step, and ``resume``: the YAML lines that resume
-  from it and skip the data up to and including the alert's step (MindFormers' ``data_skip_steps``);
+  from it and skip the data up to and including the alert's step (the classic trainer's
+  ``data_skip_steps``); ``resume_note``: what those lines cannot do, when so (MindFormers 2.x's PyNative
+  trainer has no key that skips data) (framework/checkpoints.py);
 * ``lr``, ``grad_norm``, ``loss_scale`` written at that step (null when not written).
 """
 
@@ -22,12 +24,11 @@ import math
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from mindformers_tbplugin.alerts.culprits import GradientCulprits, gradient_groups
 from mindformers_tbplugin.alerts.record import Alert
-from mindformers_tbplugin.framework.checkpoints import SavedCheckpoint, last_saved_before
+from mindformers_tbplugin.framework.checkpoints import CallbackCheckpoints, Checkpoints
 from mindformers_tbplugin.framework.data_rows import DataOrder
 from mindformers_tbplugin.log import WarnOnce
 from mindformers_tbplugin.pipeline import metrics
@@ -46,15 +47,14 @@ class IncidentRecorder:
         self,
         run: Run,
         culprits: GradientCulprits,
-        checkpoint_folders: list[Path],
-        steps_per_epoch: int | None,
+        checkpoints: Checkpoints | None = None,
         data: DataOrder | None = None,
     ) -> None:
+        """``checkpoints``: where the training saves (None: nowhere known)."""
         self._run = run
         self._data = data or DataOrder("the training's data order is not known")
         self._culprits = culprits
-        self._folders = checkpoint_folders
-        self._steps_per_epoch = steps_per_epoch
+        self._checkpoints = checkpoints or CallbackCheckpoints([], None)
         self._written: OrderedDict[int, dict[str, float]] = OrderedDict()
         self._warn_once = WarnOnce()
 
@@ -88,7 +88,8 @@ class IncidentRecorder:
 
     def incident(self, alert: Alert) -> dict[str, Any]:
         written = self._written.get(alert.step, {})
-        saved = last_saved_before(self._folders, alert.step, self._steps_per_epoch)
+        saved = self._checkpoints.last_saved_before(alert.step)
+        resume = None if saved is None else self._checkpoints.resume(saved, alert.step)
         ranks = self._ranks(alert.step, written)
         samples = self._samples(alert.step, [entry["rank"] for entry in ranks])
         return {
@@ -99,7 +100,8 @@ class IncidentRecorder:
             "samples": samples,
             "samples_unknown": None if samples is not None else self._data.unknown or "no rank to name",
             "checkpoint": None if saved is None else {"step": saved.step, "path": str(saved.path)},
-            "resume": None if saved is None else resume_lines(saved, alert.step),
+            "resume": None if resume is None else resume.lines,
+            "resume_note": None if resume is None else resume.note,
             "lr": _number(written.get(metrics.TRAIN_LR)),
             "grad_norm": _number(written.get(metrics.TRAIN_GRAD_NORM)),
             "loss_scale": _number(written.get(metrics.TRAIN_LOSS_SCALE)),
@@ -129,16 +131,6 @@ class IncidentRecorder:
         ]
 
 
-def resume_lines(saved: SavedCheckpoint, step: int) -> list[str]:
-    """MindFormers' YAML to resume from ``saved`` and read the data from the step after ``step`` on."""
-    return [
-        f"load_checkpoint: '{saved.load_folder}'",
-        f"resume_training: '{saved.path.name}'",
-        "ignore_data_skip: False",
-        f"data_skip_steps: {step}",
-    ]
-
-
 def markdown(alert: Alert) -> str:
     """The incident as Markdown, for the Text tab and ``mftb incident``."""
     incident = alert.incident or {}
@@ -166,7 +158,11 @@ def markdown(alert: Alert) -> str:
     checkpoint = incident.get("checkpoint")
     if checkpoint:
         lines.append(f"- last checkpoint before it: `{checkpoint['path']}` (step {checkpoint['step']})")
-        lines += ["- to resume from it past this step's batch, set:", "", "```yaml", *incident["resume"], "```"]
+        note = incident.get("resume_note")
+        intro = "- to resume from it, set:" if note else "- to resume from it past this step's batch, set:"
+        lines += [intro, "", "```yaml", *incident["resume"], "```"]
+        if note:
+            lines += ["", f"  ({note})"]
     else:
         lines.append("- last checkpoint before it: none saved")
     return "\n".join(lines)

@@ -138,7 +138,7 @@ class Watcher:
         # Stall needs every point's step; other rules their own tags and what an incident reads.
         read_tags = None if any(isinstance(rule, StallRule) for rule in rules) else _Tags(engine.tags | INCIDENT_TAGS)
         culprits = GradientCulprits()
-        incidents = IncidentRecorder(Run(), culprits, [], None, DataOrder(NO_DATA_ORDER))
+        incidents = IncidentRecorder(Run(), culprits, None, DataOrder(NO_DATA_ORDER))
         return _Run(engine, read_tags, incidents, culprits)
 
     def _run_name(self, folder: Path) -> str:

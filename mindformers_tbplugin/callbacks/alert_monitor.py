@@ -11,10 +11,9 @@ from mindformers_tbplugin.alerts.expert_culprits import ExpertCulprits
 from mindformers_tbplugin.alerts.incident import IncidentRecorder
 from mindformers_tbplugin.alerts.record import Alert
 from mindformers_tbplugin.alerts.sinks import Dispatcher, build_sinks, parse_sinks
-from mindformers_tbplugin.framework.checkpoints import checkpoint_folders
+from mindformers_tbplugin.framework.checkpoints import checkpoints_of
 from mindformers_tbplugin.framework.data_rows import data_order_of
-from mindformers_tbplugin.framework.layer_norms import wrapper_computes_local_norms
-from mindformers_tbplugin.framework.trainers import MonitorCallback, TrainStart
+from mindformers_tbplugin.framework.trainers import CLASSIC, MonitorCallback, TrainStart
 from mindformers_tbplugin.log import logger
 from mindformers_tbplugin.pipeline import metrics
 from mindformers_tbplugin.pipeline.run import Run, training_run
@@ -65,11 +64,10 @@ class AlertMonitor(MonitorCallback):
         self._unwritten: set[str] = set()  # tags the rules name that no written step has held yet
         self._culprits = culprits.GradientCulprits()
         self._experts = ExpertCulprits()
-        self._groups_expected = False  # per-layer gradient norms are on: wait for them to name culprits
         self._held: list[Alert] = []  # gradient alerts whose step's group norms are not written yet
         self.fired: list[Alert] = []
         self._run = Run()  # the training's, from train begin
-        self._incidents = IncidentRecorder(self._run, self._culprits, [], None)
+        self._incidents = IncidentRecorder(self._run, self._culprits)
 
     @classmethod
     def check_cross_fields(cls, arguments: Mapping[str, Any]) -> list[Problem]:
@@ -111,11 +109,10 @@ class AlertMonitor(MonitorCallback):
         logger.info("AlertMonitor: rules %s; alerts to %s", watched, ", ".join(sink.describe() for sink in sinks))
         self._request_stop = start.request_stop
         self._steps_seen = 0
-        self._groups_expected = wrapper_computes_local_norms(start.train_network)
         self._run = training_run(start.training)
-        folders = checkpoint_folders(start.eval_callbacks)
-        order = data_order_of(start)
-        self._incidents = IncidentRecorder(self._run, self._culprits, folders, start.steps_per_epoch, order)
+        config = start.config.config if start.config is not None else None
+        saved = checkpoints_of(start.trainer == CLASSIC, start.eval_callbacks, start.steps_per_epoch, config)
+        self._incidents = IncidentRecorder(self._run, self._culprits, saved, data_order_of(start))
         self._run.subscribe(self._on_values)
         self._run.subscribe_expert_loads(self._experts.remember)
 
@@ -132,7 +129,7 @@ class AlertMonitor(MonitorCallback):
         if not self._engine.run:  # TensorBoardMonitor names its run at its own train begin
             self._engine.run = self._run.name
         fired = [self._experts.annotate(alert) for alert in self._engine.observe(step, values)]
-        if not self._groups_expected:
+        if not self._run.gradient_groups:  # else wait for a step's group norms to name culprits
             if fired:
                 self._report(step, fired)
             return

@@ -102,6 +102,7 @@ class Run:
         self.key = key  # the training's identity
         self.name = ""  # the main run's folder, relative to its log_dir (as ``mftb watch`` names runs)
         self.monitor: RunningMonitor | None = None
+        self.gradient_groups = False  # the monitor writes per-layer gradient norms (grad_norm/<group>)
         self.stop = JobStop()
         self._listeners: list[Listener] = []
         self._expert_load_listeners: list[ExpertLoadListener] = []
