@@ -123,7 +123,7 @@ def _run(variant: str, layers: int, experts: int, steps: int, folder: Path) -> t
     """Mean µs per logged step of one variant on the training thread, and the writer thread's CPU µs per
     logged step."""
     from benchmarks.probe.overhead_probe import thread_cpu_seconds
-    from mindformers_tbplugin.framework.accumulators import Accumulators
+    from mindformers_tbplugin.framework.accumulators import Accumulators, LossParts
     from mindformers_tbplugin.pipeline import expert_routing, metrics
     from mindformers_tbplugin.pipeline.expert_load import EXPERT_BIAS, RouterSet
     from mindformers_tbplugin.pipeline.routing import MetricRouter, RouterOptions
@@ -141,7 +141,7 @@ def _run(variant: str, layers: int, experts: int, steps: int, folder: Path) -> t
 
     # The expert bias is read once per record, as the monitor does (framework/model_outputs.py).
     bias_every = expert_routing.record_reads(routers, moe_every, 1024) if with_loads else 1
-    accumulators = Accumulators(model.parts, model.routers if with_loads else [], bias_every)
+    accumulators = Accumulators(LossParts.of_parameters(model.parts), model.routers if with_loads else [], bias_every)
     outputs = _wrapper_outputs()
     clock = time.perf_counter_ns
     samples = []

@@ -4,7 +4,9 @@ own callbacks zero them, without changing what training computes.
 MindFormers runs MFLossMonitor, TopkBiasBalanceCallback and its other monitors first at every step
 end, whatever the YAML order, and they zero what they read: the loss parts (``parameter_register.clear``),
 ``fi_accu`` and ``expert_load``. So :meth:`Accumulators.capture` runs in front of the first callback the
-step's callback manager calls (framework/step_end_tap.py).
+step's callback manager calls (framework/call_tap.py). Under MindFormers 2.x's PyNative trainer, its
+LossCallback reads and clears them at every step end before any YAML callback: they are read in front
+of its first call on the model (session/step_reads.py).
 Some releases or configs never zero an accumulator (no MFLossMonitor; MindFormers 1.7's ``fi_accu``):
 the first logged step finds out, and from then on the value left after the previous step is read at
 step begin and subtracted, so a step's value is always that step's alone.
@@ -33,6 +35,30 @@ class Captured:
     parts: dict[str, float] | None = None  # tag (train/loss_lm, ...) -> contribution to the loss
     loads: np.ndarray | None = None  # (routers, experts): the step's load per expert
     bias: np.ndarray | None = None  # (routers, experts) expert bias (NaN rows: no bias), when read
+
+
+@dataclass(frozen=True)
+class LossParts:
+    """Where a model accumulates its loss parts: ``read()`` gives the accumulated values (a tuple or an
+    array), ``contributions(values)`` each tag's contribution to the loss from them."""
+
+    count: int  # how many tags
+    read: Callable[[], Any]
+    contributions: Callable[[Any], dict[str, float]]
+
+    @classmethod
+    def of_parameters(cls, parts: Sequence[LossPart]) -> LossParts | None:
+        """One-element accumulators (MindFormers' ``parameter_register``), each times its factor."""
+        if not parts:
+            return None
+        tags = [part.tag for part in parts]
+        factors = [part.factor for part in parts]
+
+        def contributions(values: Any) -> dict[str, float]:
+            # MindFormers' one-element accumulators (Tensor([0])), as Python numbers
+            return {tag: float(value) * factor for tag, value, factor in zip(tags, values, factors, strict=True)}
+
+        return cls(len(parts), first_values_reader([part.parameter for part in parts]), contributions)
 
 
 class _Family:
@@ -65,20 +91,18 @@ class Accumulators:
 
     def __init__(
         self,
-        parts: Sequence[LossPart],
+        parts: LossParts | None,
         routers: Sequence[Router],
         bias_every: int = 1,
     ) -> None:
         """``bias_every``: the expert bias is read at the first of every this many reads of the loads."""
-        self._tags = [part.tag for part in parts]
-        read_parts = first_values_reader([part.parameter for part in parts])
+        self._parts = parts
         read_loads = joined_reader([router.load for router in routers])
         self._bias_readers = [host_reader(router.bias) if router.bias is not None else None for router in routers]
-        self._factors = [part.factor for part in parts]
         self._routers = list(routers)
         experts = int(routers[0].load.shape[0]) if routers else 0
         self._with_bias = any(router.bias is not None for router in routers)
-        self._part_family = _Family(read_parts) if parts else None
+        self._part_family = _Family(parts.read) if parts is not None else None
         self._load_family = _Family(lambda: read_loads().reshape(len(routers), experts)) if routers else None
         self._experts = experts
         self._bias_every = max(bias_every, 1)
@@ -117,11 +141,7 @@ class Accumulators:
             return
         captured = Captured(step)
         if parts is not None:
-            # MindFormers' one-element accumulators (Tensor([0])), as Python numbers
-            captured.parts = {
-                tag: float(value) * factor
-                for tag, value, factor in zip(self._tags, parts.capture(), self._factors, strict=True)
-            }
+            captured.parts = self._parts.contributions(parts.capture())
         if loads is not None:
             captured.loads = loads.capture()
             if self._with_bias and self._reads % self._bias_every == 0:

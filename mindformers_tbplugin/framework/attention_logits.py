@@ -10,6 +10,12 @@ resets it, so the monitor zeroes it through the model's own ``reset_max_attentio
 of each step it reads: every written value is that step's own. Nothing in training reads it then (only
 Muon's QK-clip does, and Muon brings MaxLogitsMonitor).
 
+Under MindFormers 2.x's PyNative trainer the model tracks them only when the optimizer is Muon or the
+callbacks list a ``MaxLogitsMonitor`` (the trainer sets ``track_max_attention_logit`` itself, whatever
+the YAML says), and that callback zeroes them at every step end wherever it stands in the list: a step
+due is read in front of its reset (:meth:`AttentionLogits.capture`, from the session's tap on the
+model's ``reset_max_attention_logit``), else at the monitor's own step end.
+
 The values are this rank's (MindFormers all-reduces them over data-parallel ranks only inside Muon's
 QK-clip), read as one host copy of every layer's head maxima.
 """
@@ -22,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from mindformers_tbplugin.framework.host_values import joined_reader
+from mindformers_tbplugin.framework.trainers import CLASSIC, TrainStart
 from mindformers_tbplugin.pipeline import metrics
 from mindformers_tbplugin.pipeline.gradient_groups import layer_group
 
@@ -37,10 +44,21 @@ class AttentionLogits:
         self._read = joined_reader(values)
         self._reset = reset
         self._tags = [metrics.ATTENTION_LOGIT_MAX_PREFIX + group for group in self.groups]
+        self._captured: tuple[int, np.ndarray] | None = None
 
     @classmethod
-    def of_model(cls, config: Any, model: Any, callbacks: Any) -> AttentionLogits | None:
-        """None unless the model tracks its attention logits. ``callbacks``: the step's callback list."""
+    def for_training(cls, start: TrainStart, config: Any, model: Any) -> AttentionLogits | None:
+        """None unless the model tracks its attention logits. Under the PyNative trainer tracking implies a
+        MaxLogitsMonitor, which zeroes them at every step end."""
+        if start.trainer != CLASSIC:
+            return cls.of_model(config, model, resetting=True)
+        callbacks = start.eval_callbacks or ()
+        return cls.of_model(config, model, any(type(cb).__name__ == RESETTING_CALLBACK for cb in callbacks))
+
+    @classmethod
+    def of_model(cls, config: Any, model: Any, resetting: bool) -> AttentionLogits | None:
+        """None unless the model tracks its attention logits. ``resetting``: a callback of the training zeroes
+        them at every step end (else the monitor does, at the begin of each step it reads)."""
         if not getattr(config, "track_max_attention_logit", False):
             return None
         found = []
@@ -50,7 +68,6 @@ class AttentionLogits:
                 found.append((layer_group(str(value.name)), value))
         if not found or len({int(np.prod(value.shape)) for _, value in found}) != 1:
             return None
-        resetting = any(type(callback).__name__ == RESETTING_CALLBACK for callback in callbacks or ())
         reset = None if resetting else getattr(model, "reset_max_attention_logit", None)
         return cls([group for group, _ in found], [value for _, value in found], reset)
 
@@ -63,8 +80,15 @@ class AttentionLogits:
         if self._reset is not None:
             self._reset()
 
-    def tags(self) -> dict[str, float]:
-        maxima = self._read().reshape(len(self.groups), self._heads).max(axis=1).astype(np.float64)
+    def capture(self, step: int) -> None:
+        """In front of a reset at the end of ``step`` (a step due): its values, for :meth:`tags`."""
+        self._captured = (step, self._read())
+
+    def tags(self, step: int) -> dict[str, float]:
+        """``step``'s values: captured ahead of a reset, or read now."""
+        captured, self._captured = self._captured, None
+        values = captured[1] if captured is not None and captured[0] == step else self._read()
+        maxima = values.reshape(len(self.groups), self._heads).max(axis=1).astype(np.float64)
         values = dict(zip(self._tags, maxima.tolist(), strict=True))
         values[metrics.ATTENTION_LOGIT_MAX_ALL] = float(maxima.max())
         return values

@@ -22,13 +22,16 @@ def _env_int(*names: str, default: int) -> int:
     return default
 
 
-def current_topology(pipeline_stages: int | None = None, data_parallel: int | None = None) -> Topology:
+def current_topology(
+    pipeline_stages: int | None = None, data_parallel: int | None = None, layout: str | None = None
+) -> Topology:
     """This process's place in the job. Without initialised communication every process is its
     own single-rank job (it cannot agree with others on anything), whatever msrun's env says.
     ``pipeline_stages``: as the trainer's config says (MindFormers 2.x's PyNative trainer does not
     use MindSpore's auto-parallel context); by default that context's value. ``data_parallel``:
     MindFormers' ``parallel_config.data_parallel``, which decides the replicas under (semi-)auto
-    parallel; without it, the first dimension of MindSpore's dataset strategy."""
+    parallel; without it, the first dimension of MindSpore's dataset strategy. ``layout``: the
+    parallel mode to use instead of the auto-parallel context's (the PyNative trainer's)."""
     rank = _env_int("RANK_ID", "MS_NODE_ID", default=0)
     world_size, parallel_mode, full_batch, communicating = 1, "stand_alone", False, False
     try:
@@ -37,7 +40,7 @@ def current_topology(pipeline_stages: int | None = None, data_parallel: int | No
         if communication.GlobalComm.INITED:
             rank, world_size = communication.get_rank(), communication.get_group_size()
             communicating = world_size > 1
-        parallel_mode = str(context.get_auto_parallel_context("parallel_mode"))
+        parallel_mode = layout or str(context.get_auto_parallel_context("parallel_mode"))
         full_batch = bool(context.get_auto_parallel_context("full_batch"))
         if pipeline_stages is None:
             pipeline_stages = int(context.get_auto_parallel_context("pipeline_stages") or 1)

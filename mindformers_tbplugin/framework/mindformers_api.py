@@ -33,6 +33,16 @@ LOCATIONS: dict[str, tuple[tuple[str, str], ...]] = {
     "parameter_register": (("mindformers.utils.parameter_register", "mindformers 1.7-2.0"),),
     "convert_transformer_config_to_args_for_tflops": (("mindformers.models.utils", "mindformers 1.9, 2.0"),),
     "num_floating_point_operations": (("mindformers.models.utils", "mindformers 1.9, 2.0"),),
+    # MindFormers 2.x's PyNative models: where each step's loss parts are summed over its micro-batches
+    "get_moe_layer_wise_logging_tracker": (
+        ("mindformers.pynative.transformers.moe.moe_utils", "mindformers 2.0 and master"),
+    ),
+    "get_mtp_layer_wise_logging_tracker": (
+        ("mindformers.pynative.transformers.multi_token_prediction", "mindformers 2.0 and master"),
+    ),
+    "get_indexer_loss_tracker": (
+        ("mindformers.pynative.transformers.experimental_attention_variant.utils", "mindformers 2.0 and master"),
+    ),
     # Private in MindSpore: the is-finite overflow check that every backend has a kernel for.
     "finite_check_overflow": (("mindspore.nn.wrap.loss_scale", "mindspore 2.7-2.10"),),
     "Callback": (("mindspore.train", "mindspore 2.7-2.10"),),

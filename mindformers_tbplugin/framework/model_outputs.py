@@ -1,19 +1,22 @@
 """What the model adds to TensorBoardMonitor's logged steps beyond the train wrapper's outputs: an
 mcore model's loss parts (data metrics) and its routers' per-expert loads, read ahead of MindFormers'
-own callbacks (framework/accumulators.py, from the session's step-end tap); the model FLOPs per step;
-what the live model tells the HParams (layer, head and expert counts whatever the YAML spelling)."""
+own callbacks (framework/accumulators.py, from the session's taps: session/step_reads.py), found where
+the trainer's models keep them (framework/mcore.py for the classic trainer's, framework/
+pynative_accumulators.py for MindFormers 2.x's PyNative trainer's); the model FLOPs per step; what the
+live model tells the HParams (layer, head and expert counts whatever the YAML spelling)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from mindformers_tbplugin.framework import mcore as mcore_models
-from mindformers_tbplugin.framework.accumulators import Accumulators, Captured
+from mindformers_tbplugin.framework import pynative_accumulators
+from mindformers_tbplugin.framework.accumulators import Accumulators, Captured, LossParts
 from mindformers_tbplugin.framework.collectives import device_name
 from mindformers_tbplugin.framework.model_flops import StepFlops, step_flops
-from mindformers_tbplugin.framework.trainers import TrainStart
+from mindformers_tbplugin.framework.trainers import CLASSIC, TrainStart
 from mindformers_tbplugin.log import logger
-from mindformers_tbplugin.pipeline import expert_routing, model_flops
+from mindformers_tbplugin.pipeline import expert_routing, metrics, model_flops
 from mindformers_tbplugin.pipeline.expert_load import RouterSet
 from mindformers_tbplugin.pipeline.metrics import StepMetrics
 
@@ -29,6 +32,7 @@ class ModelOutputs:
         self._peak = peak
         self._accumulators: Accumulators | None = None
         self._parts = 0
+        self._lm_is_the_loss = False  # the PyNative trainer's loss is the language-model part alone
 
     @classmethod
     def for_training(
@@ -52,15 +56,29 @@ class ModelOutputs:
         outputs.mcore = mcore
         if mcore is not None:
             outputs._read_accumulators(start, mcore, moe, tapped)
+        elif start.trainer != CLASSIC and start.network is not None:  # every model of that trainer is one
+            logger.warning(
+                "TensorBoardMonitor: %s is not a MindFormers mcore model (no get_gpt_transformer_config): no loss "
+                "parts, expert load, max attention logit or MindFormers' model FLOPs for it; the rest is written",
+                type(start.network).__name__,
+            )
         return outputs
 
     def _read_accumulators(
         self, start: TrainStart, mcore: mcore_models.McoreModel, moe: tuple[int, int], tapped: bool
     ) -> None:
-        parts = mcore_models.loss_parts(mcore)
         moe_every, record_budget = moe
-        found, routers = mcore_models.routers(mcore) if moe_every else ([], None)
-        if not parts and not found:
+        if start.trainer == CLASSIC:
+            parts = LossParts.of_parameters(mcore_models.loss_parts(mcore))
+            found, routers = mcore_models.routers(mcore) if moe_every else ([], None)
+        else:
+            state = start.training
+            parts = pynative_accumulators.loss_parts(
+                mcore, lambda: int(getattr(state, "num_accumulation_steps", 1) or 1)
+            )
+            found, routers = pynative_accumulators.routers(mcore) if moe_every else ([], None)
+            self._lm_is_the_loss = parts is not None
+        if parts is None and not found:
             return  # a dense model: nothing accumulates per step
         if not tapped:
             logger.warning(
@@ -70,7 +88,7 @@ class ModelOutputs:
             return
         bias_every = expert_routing.record_reads(routers, moe_every, record_budget) if routers else 1
         self._accumulators = Accumulators(parts, found, bias_every)
-        self.routers, self._parts = routers, len(parts)
+        self.routers, self._parts = routers, (parts.count if parts is not None else 0)
 
     def describe(self) -> str:
         flops = f"model FLOPs per step {self.flops.flops:.4g} ({self.flops.source})" if self.flops else "no model FLOPs"
@@ -80,6 +98,11 @@ class ModelOutputs:
             f"expert load of {len(self.routers)} MoE layers x {self.routers.experts} experts" if self.routers else ""
         )
         return f"{flops}; {self._parts} loss part(s){', ' + loads if loads else ''}"
+
+    @property
+    def reads_ahead(self) -> bool:
+        """Whether loss parts or expert loads are read ahead of MindFormers' own step-end work."""
+        return self._accumulators is not None
 
     @property
     def needs_step_begin(self) -> bool:
@@ -105,6 +128,8 @@ class ModelOutputs:
     ) -> None:
         """A logged step's loss parts (scaled like the loss) and expert loads (``captured``: :meth:`take`'s),
         and its model TFLOPS."""
+        if self._lm_is_the_loss and metrics.TRAIN_LOSS in step_metrics.data:
+            step_metrics.data[metrics.TRAIN_LOSS_LM] = step_metrics.data[metrics.TRAIN_LOSS]
         if captured is not None:
             if captured.parts:
                 step_metrics.data.update({tag: value / loss_divisor for tag, value in captured.parts.items()})

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from mindformers_tbplugin.framework.collectives import device_target
 from mindformers_tbplugin.framework.host_values import host_copy
 from mindformers_tbplugin.pipeline import metrics
 from mindformers_tbplugin.pipeline.gradient_groups import GroupLayout
@@ -36,7 +37,7 @@ class OptimizerState:
             if first is not None and second is not None and len(first) and len(first) == len(second):
                 # ``adam_m.model.layers.0.attention.wq.weight``: the parameter's name after the prefix
                 names = [str(moment.name).split(".", 1)[-1] for moment in first]
-                return cls(first, second, GroupLayout.of(names, grouping), _on_cpu())
+                return cls(first, second, GroupLayout.of(names, grouping), device_target() == "CPU")
         return None
 
     def describe(self) -> str:
@@ -49,12 +50,6 @@ class OptimizerState:
             squares = self._squares(moments)
             values.update(self.layout.tags(prefix, self.layout.group_squares(squares), prefix + "total"))
         return values
-
-
-def _on_cpu() -> bool:
-    from mindspore import context
-
-    return str(context.get_context("device_target")) == "CPU"
 
 
 def _host_squares(moments: Sequence[Any]) -> np.ndarray:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import atexit
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mindformers_tbplugin.framework import running_config, versions
@@ -29,7 +29,7 @@ from mindformers_tbplugin.framework.collectives import current_topology
 from mindformers_tbplugin.framework.mindformers_api import resolve
 from mindformers_tbplugin.framework.model_facts import ModelFacts, read_model_facts, trainable_params_of
 from mindformers_tbplugin.log import logger
-from mindformers_tbplugin.pipeline.topology import Topology
+from mindformers_tbplugin.pipeline.topology import PYNATIVE_LAYOUT, Topology
 
 CLASSIC = "classic"
 PYNATIVE = "pynative"
@@ -213,8 +213,8 @@ def _classic_start(run_context: Any) -> TrainStart:
 
 
 def _pynative_start(args: Any, state: Any, kwargs: Mapping[str, Any]) -> TrainStart:
-    stages = int(running_config.get_path(_as_mapping(args), "parallelism.pipeline_parallel") or 1)
-    topology = current_topology(pipeline_stages=stages)
+    config = _as_mapping(args)
+    topology = pynative_topology(config)
     models = kwargs.get("model")
     models = list(models) if isinstance(models, (list, tuple)) else [models]
     batch = int(getattr(state, "global_batch_size", 0) or 0)
@@ -229,7 +229,6 @@ def _pynative_start(args: Any, state: Any, kwargs: Mapping[str, Any]) -> TrainSt
     def stop_after_this_step() -> None:
         state.max_steps = int(state.global_step)  # the trainer loops while global_step < max_steps
 
-    config = _as_mapping(args)
     return TrainStart(
         trainer=PYNATIVE,
         facts=facts,
@@ -252,6 +251,23 @@ def _pynative_outputs(kwargs: Mapping[str, Any], step: int) -> tuple[Any, ...]:
     scheduler = kwargs.get("lr_scheduler")
     lr = _learning_rate(scheduler, step) if scheduler is not None else None
     return (kwargs.get("loss"), None, None, lr, kwargs.get("grad_norm"))
+
+
+def pynative_topology(config: Mapping[str, Any]) -> Topology:
+    """The PyNative trainer's layout, from its config's ``parallelism``: the pipeline stages, and the
+    data-parallel size it wrote there at start (else: a replica is tensor x context parallel ranks, as
+    it computes the size)."""
+
+    def size(key: str) -> int:
+        value = running_config.get_path(config, f"parallelism.{key}")
+        return value if isinstance(value, int) and value > 0 else 1
+
+    written = running_config.get_path(config, "parallelism.data_parallel")
+    data_parallel = written if isinstance(written, int) and written > 0 else None
+    topology = current_topology(size("pipeline_parallel"), data_parallel, layout=PYNATIVE_LAYOUT)
+    if data_parallel is None and topology.world_size > 1:
+        topology = replace(topology, ranks_per_replica=size("tensor_parallel") * size("context_parallel"))
+    return topology
 
 
 def _learning_rate(scheduler: Any, step: int) -> Any:

@@ -36,6 +36,7 @@ TRAIN_LOSS_LM = "train/loss_lm"
 TRAIN_LOSS_MTP = "train/loss_mtp"
 TRAIN_LOSS_AUX = "train/loss_aux"
 TRAIN_LOSS_INDEXER = "train/loss_indexer"
+LOSS_AUX_PREFIX = "loss_aux/"  # one MoE layer's part of train/loss_aux (PyNative trainer: per-layer trackers)
 # Multi-rank jobs: the highest train/loss of the data-parallel ranks at a logged step, and which rank.
 TRAIN_LOSS_MAX = "train/loss_max"
 TRAIN_LOSS_MAX_RANK = "train/loss_max_rank"
@@ -108,6 +109,7 @@ BUILTIN_FAMILIES = (
     ADAM_M_NORM_PREFIX,
     ADAM_V_NORM_PREFIX,
     MOE_PREFIX,
+    LOSS_AUX_PREFIX,
     "ranks/",
     "local/",
     "alerts/",

@@ -7,7 +7,11 @@ from dataclasses import dataclass
 # MindSpore's parallel modes in which MindFormers' parallel_config (data_parallel, model_parallel, ...)
 # decides the layout: a pipeline stage's ranks are data_parallel replicas of ranks_per_replica ranks
 # (tensor, context and sequence parallel split one replica's batch), consecutive ranks per replica.
-SHARDED_MODES = ("semi_auto_parallel", "auto_parallel")
+# MindFormers 2.x's PyNative trainer lays its ranks out the same way ([pipeline, data, context, tensor]
+# parallel, row-major: a replica's tensor x context parallel ranks are consecutive), from its config's
+# ``parallelism`` section rather than MindSpore's auto-parallel context.
+PYNATIVE_LAYOUT = "pynative"
+SHARDED_MODES = ("semi_auto_parallel", "auto_parallel", PYNATIVE_LAYOUT)
 
 
 @dataclass(frozen=True)

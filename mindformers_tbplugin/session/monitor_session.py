@@ -23,7 +23,6 @@ from mindformers_tbplugin.framework.model_facts import loss_scale_for_pipeline
 from mindformers_tbplugin.framework.model_outputs import ModelOutputs
 from mindformers_tbplugin.framework.optimizer_state import OptimizerState
 from mindformers_tbplugin.framework.stable_rank import StableRanks
-from mindformers_tbplugin.framework.step_end_tap import StepEndTap
 from mindformers_tbplugin.framework.system_stats import MemoryReadings
 from mindformers_tbplugin.framework.trainers import CLASSIC, StepEnd, TrainStart
 from mindformers_tbplugin.framework.update_norms import ParameterUpdates
@@ -35,6 +34,7 @@ from mindformers_tbplugin.pipeline.run import Run, training_run
 from mindformers_tbplugin.registration import exit_status
 from mindformers_tbplugin.session import run_folder, run_record
 from mindformers_tbplugin.session.step_backlog import StepBacklog
+from mindformers_tbplugin.session.step_reads import StepReads
 from mindformers_tbplugin.session.tensorboard_options import TensorBoardOptions
 from mindformers_tbplugin.tfevents.registry import get_writer, on_sigterm, remove_sigterm_listener
 from mindformers_tbplugin.tfevents.writer import RunWriter
@@ -69,7 +69,10 @@ class MonitorSession:
         self._warn_once = WarnOnce()
         self._memory = MemoryReadings() if options.log_memory else None
         self._eval = EvalRecorder(self._log_eval) if options.log_eval else None
-        self.layer_norms = LayerNorms.for_training(start, options.norm_groups, options.grad_hist_every)
+        self.layer_norms = LayerNorms.for_training(
+            start, options.norm_groups, options.grad_hist_every, options.layer_grad_norms
+        )
+        self.run.gradient_groups = self.layer_norms is not None  # AlertMonitor waits for them to name culprits
         writes_model = self.topology.is_writer or options.rank_policy == "all"
         self.optimizer_state = (
             OptimizerState.for_optimizer(start.facts.optimizer, options.norm_groups)
@@ -81,20 +84,17 @@ class MonitorSession:
             if options.optimizer_state_every and writes_model
             else None
         )
-        # Classic trainer: a logged step's outputs and the model's accumulators are read in front of
-        # MindFormers' own callbacks (framework/step_end_tap.py), installed once the session is open.
-        self._step_of = step_of
-        self._ahead: StepMetrics | None = None  # a logged step's outputs, read there
-        tappable = start.trainer == CLASSIC and isinstance(start.eval_callbacks, list) and bool(start.eval_callbacks)
-        self._tap = StepEndTap(self._read_ahead) if tappable else None
+        tappable = start.trainer != CLASSIC or (isinstance(start.eval_callbacks, list) and bool(start.eval_callbacks))
         moe = (options.moe_every, options.moe_record_budget)
         self.outputs = ModelOutputs.for_training(start, moe, options.peak_tflops, tapped=tappable)
         mcore = self.outputs.mcore
         self.attention_logits = (
-            AttentionLogits.of_model(mcore.config, mcore.model, start.eval_callbacks)
+            AttentionLogits.for_training(start, mcore.config, mcore.model)
             if mcore is not None and options.attention_logit_every and writes_model
             else None
         )
+        # Where a logged step's values are read, whichever trainer runs (installed once the session is open).
+        self.reads = StepReads(start, self.layer_norms, self.outputs, self.attention_logits, self._ahead_due)
         self.stable_ranks: StableRanks | None = None
         if options.stable_rank_every and self.topology.is_writer:
             patterns = options.stable_rank_params or [".*"]
@@ -118,8 +118,7 @@ class MonitorSession:
         self._backlog = StepBacklog(self.failed)
         self._background: RunWriter | None = None  # the writer whose thread routes the backlog
         self.router = self._open(start)
-        if self._tap is not None:
-            self._tap.install(start.eval_callbacks)
+        self.reads.install(step_of)
 
     # -- train begin -------------------------------------------------------------------------------
     def _open(self, start: TrainStart) -> MetricRouter:
@@ -179,8 +178,9 @@ class MonitorSession:
         if self.writer is not None and start.final_step is not None:
             self._warn_never_due(start.final_step)
         logger.info("%s: %s", NAME, topology.describe())
-        if self.layer_norms is not None:
-            logger.info("%s: %s", NAME, self.layer_norms.describe())
+        for said in (self.layer_norms.describe() if self.layer_norms else None, self.reads.describe()):
+            if said:
+                logger.info("%s: %s", NAME, said)
         for reader in (self.optimizer_state, self.attention_logits, self.stable_ranks):
             if reader is not None:
                 logger.info("%s: %s", NAME, reader.describe())
@@ -228,7 +228,9 @@ class MonitorSession:
         """Call it only from step ``next_begin`` on: earlier steps have nothing to do here."""
         if self._last_log_time is None:
             self._last_log_time = time.perf_counter()
-        self.outputs.step_began(*self._ahead_due(step))
+        logged, loads_due, _ = self._ahead_due(step)
+        self.reads.step_began(step)
+        self.outputs.step_began(logged, loads_due)
         if self.updates is not None and self._due(step, self.options.optimizer_state_every):
             self.guard("update_norm", self.updates.step_began, step)
         if self.attention_logits is not None and self._due(step, self.options.attention_logit_every):
@@ -239,7 +241,7 @@ class MonitorSession:
         """The first step from which ``step_began`` may have work, after it ran at ``step``: the next one
         while the model's accumulators may need a read there; else the first step that may cross a multiple
         of the optimizer-state or attention-logit schedule (where ``_due`` decides)."""
-        if self.outputs.needs_step_begin:
+        if self.outputs.needs_step_begin or self.reads.needs_step_begin:
             return step + 1
         last = self._last_logged_step
         # due now: this step is logged, the next period starts after it; else the current one is still open
@@ -258,9 +260,7 @@ class MonitorSession:
         if steps_done < self._log_every:
             return
         now = time.perf_counter()
-        step_metrics, self._ahead = self._ahead, None
-        if step_metrics is None or step_metrics.step != step:
-            step_metrics = self._read_outputs(step, step_end.outputs())
+        step_metrics = self.reads.take(step_end)
         step_time = None if self._last_log_time is None else (now - self._last_log_time) / steps_done
         captured = self.outputs.take(step)
         if self._memory is not None:
@@ -297,21 +297,6 @@ class MonitorSession:
         self.outputs.add_to(step_metrics, captured, self._loss_divisor, step_time)
         self.router.log_step(step_metrics)
 
-    def _read_outputs(self, step: int, outputs: Any) -> StepMetrics:
-        step_metrics = metrics.train_metrics(step, outputs)
-        if self.layer_norms is not None:
-            step_metrics.grad_squares = self.layer_norms.read(outputs)
-        return step_metrics
-
-    def _read_ahead(self, run_context: Any) -> None:
-        """In front of the step end's first callback: a logged step's outputs, and the model's accumulators
-        when due."""
-        step = self._step_of(run_context)
-        logged, loads_due = self._ahead_due(step)
-        if logged:
-            self._ahead = self._read_outputs(step, run_context.original_args().net_outputs)
-            self.outputs.capture(step, logged, loads_due)
-
     def _add_periodic(self, step: int, last: int, step_metrics: StepMetrics) -> None:
         """The outputs on their own schedules whose period ``step`` (logged) enters since ``last``."""
         model = step_metrics.model
@@ -330,7 +315,7 @@ class MonitorSession:
                 model.update(self.updates.tags(step))
         every = self.options.attention_logit_every
         if self.attention_logits is not None and step // every > last // every:
-            model.update(self.attention_logits.tags())
+            model.update(self.attention_logits.tags(step))
         every = self.options.stable_rank_every
         if self.stable_ranks is not None and step // every > last // every:
             self.guard("stable_rank", self._measure_stable_rank, self.stable_ranks, step)
@@ -356,9 +341,12 @@ class MonitorSession:
         last = self._last_logged_step
         return step - last >= self.options.log_every and bool(every) and step // every > last // every
 
-    def _ahead_due(self, step: int) -> tuple[bool, bool]:
-        """Whether ``step`` logs (its outputs and loss parts are read) and reads the routers (expert loads)."""
-        return step - self._last_logged_step >= self.options.log_every, self._due(step, self.options.moe_every)
+    def _ahead_due(self, step: int) -> tuple[bool, bool, bool]:
+        """Whether ``step`` logs (its outputs and loss parts are read), reads the routers (expert loads) and
+        the attention logits."""
+        options = self.options
+        logged = step - self._last_logged_step >= options.log_every
+        return logged, self._due(step, options.moe_every), self._due(step, options.attention_logit_every)
 
     def _add_extra(self, extra: custom_metrics.ExtraMetric, cb_params: Any, step_metrics: StepMetrics) -> None:
         try:
@@ -395,8 +383,7 @@ class MonitorSession:
     def finish(self, clean: bool, status: str | None = None) -> None:
         """Close the run once: aggregate what is left, write ``meta/status``, close the files."""
         remove_sigterm_listener(self._on_sigterm)
-        if self._tap is not None:
-            self._tap.remove()
+        self.reads.remove()
         if self._eval is not None:
             self._eval.detach()
         if self._background is not None:

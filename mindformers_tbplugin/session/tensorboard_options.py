@@ -43,6 +43,11 @@ class TensorBoardOptions:
         flush_secs: Flush event files to disk at least this often, in seconds.
         param_norm_every: Write ``train/param_norm`` (a pass over all parameters) every this many
             steps, and ``param_norm/<group>`` when per-layer gradient norms are on; 0 turns it off.
+        layer_grad_norms: Per-layer gradient norms (``grad_norm/<group>``, their histogram, the layers
+            an incident names) under MindFormers 2.x's PyNative trainer, from gradient hooks, without
+            MindFormers' per-parameter log lines (that trainer's ``monitor.train_state.local_norm: True``
+            turns them on too). The classic trainer computes them inside its compiled step with
+            ``runner_wrapper.local_norm: True``; there this option only warns when that is off.
         norm_groups: Per-layer norms' groups (``runner_wrapper.local_norm: True``): ``layer``
             (``embedding``, ``layers.N``, ``final_norm``, ``head``), ``param`` (each parameter), or a
             list of fnmatch patterns, one group each (first match wins; the rest is ``other``).
@@ -140,6 +145,7 @@ class TensorBoardOptions:
     log_every: Annotated[int, Range(min=1)] = 1
     flush_secs: Annotated[float, Range(min=0.1, max=3600)] = 5.0
     param_norm_every: Annotated[int, Range(min=0)] = 100
+    layer_grad_norms: bool = False
     norm_groups: Annotated[str | list[str], NORM_GROUPS] = "layer"
     grad_hist_every: Annotated[int, Range(min=0)] = 100
     log_memory: bool = True

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mindformers_tbplugin.framework.accumulators import Accumulators
+from mindformers_tbplugin.framework.accumulators import Accumulators, LossParts
 from mindformers_tbplugin.framework.mcore import LossPart, Router
 
 
@@ -51,7 +51,7 @@ def test_each_step_gets_its_own_values_whether_or_not_they_are_zeroed(zeroed: bo
     parts = [Accumulator(1), Accumulator(1)]
     load, bias = Accumulator(2), Accumulator(2)
     accumulators = Accumulators(
-        [LossPart("train/loss_lm", parts[0], 1.0), LossPart("train/loss_aux", parts[1], 0.5)],
+        LossParts.of_parameters([LossPart("train/loss_lm", parts[0], 1.0), LossPart("train/loss_aux", parts[1], 0.5)]),
         [Router("layers.1", load, bias)],
     )
     for number in range(1, 6):
@@ -66,7 +66,7 @@ def test_each_step_gets_its_own_values_whether_or_not_they_are_zeroed(zeroed: bo
 def test_steps_that_are_not_due_are_not_read_and_the_bias_is_read_once_per_record() -> None:
     load, bias = Accumulator(2), Accumulator(2)
     bias.value[:] = [0.01, -0.01]
-    accumulators = Accumulators([], [Router("layers.1", load, bias)], bias_every=3)
+    accumulators = Accumulators(None, [Router("layers.1", load, bias)], bias_every=3)
     taken = [step(accumulators, number, [], load, zero=True, loads_due=number % 2 == 0) for number in range(1, 15)]
     assert [c.step for c in taken if c is not None] == [2, 4, 6, 8, 10, 12, 14]
     with_bias = [c.step for c in taken if c is not None and c.bias is not None]

@@ -55,8 +55,8 @@ def _model() -> Model:
 
 
 def test_maxima_per_layer_and_over_all_layers() -> None:
-    logits = AttentionLogits.of_model(SimpleNamespace(track_max_attention_logit=True), _model(), [])
-    assert logits.tags() == {
+    logits = AttentionLogits.of_model(SimpleNamespace(track_max_attention_logit=True), _model(), False)
+    assert logits.tags(10) == {
         "attention_logit_max/layers.0": 3.0,
         "attention_logit_max/layers.1": 7.5,
         "attention_logit_max/mtp.layers.0": 4.0,
@@ -68,16 +68,33 @@ def test_maxima_per_layer_and_over_all_layers() -> None:
 def test_the_monitor_zeroes_the_running_max_only_when_mindformers_does_not() -> None:
     config = SimpleNamespace(track_max_attention_logit=True)
     alone = _model()
-    AttentionLogits.of_model(config, alone, [SimpleNamespace()]).step_began()
+    AttentionLogits.for_training(SimpleNamespace(trainer="classic", eval_callbacks=[]), config, alone).step_began()
     assert alone.resets == [1] and not alone.layers[1].value.any()
 
     MaxLogitsMonitor = type("MaxLogitsMonitor", (), {})  # MindFormers' callback, added with Muon
+    classic = SimpleNamespace(trainer="classic", eval_callbacks=[MaxLogitsMonitor()])
     with_callback = _model()
-    AttentionLogits.of_model(config, with_callback, [MaxLogitsMonitor()]).step_began()
+    AttentionLogits.for_training(classic, config, with_callback).step_began()
     assert with_callback.resets == [] and with_callback.layers[1].value[0] == 7.5
+    # the PyNative trainer tracks them only with a MaxLogitsMonitor, which it adds when the YAML has none
+    pynative = _model()
+    AttentionLogits.for_training(SimpleNamespace(trainer="pynative"), config, pynative).step_began()
+    assert pynative.resets == []
+
+
+def test_values_captured_ahead_of_a_reset_are_the_steps_own() -> None:
+    """MaxLogitsMonitor listed before the monitor zeroes the values before its step end: the capture in
+    front of that reset is what the step writes; a capture of another step is not used."""
+    model = _model()
+    logits = AttentionLogits.of_model(SimpleNamespace(track_max_attention_logit=True), model, True)
+    logits.capture(20)
+    model.reset_max_attention_logit()
+    assert logits.tags(20)["attention_logit_max/all"] == 7.5
+    logits.capture(30)
+    assert logits.tags(40)["attention_logit_max/all"] == 0.0  # read now: zeroed
 
 
 def test_a_model_that_does_not_track_gives_nothing() -> None:
-    assert AttentionLogits.of_model(SimpleNamespace(track_max_attention_logit=False), _model(), []) is None
-    assert AttentionLogits.of_model(SimpleNamespace(), _model(), []) is None
-    assert AttentionLogits.of_model(SimpleNamespace(track_max_attention_logit=True), Model([]), []) is None
+    assert AttentionLogits.of_model(SimpleNamespace(track_max_attention_logit=False), _model(), False) is None
+    assert AttentionLogits.of_model(SimpleNamespace(), _model(), False) is None
+    assert AttentionLogits.of_model(SimpleNamespace(track_max_attention_logit=True), Model([]), False) is None
