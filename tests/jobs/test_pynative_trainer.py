@@ -223,9 +223,17 @@ def test_a_resumed_pynative_training_continues_its_run_without_fold_back(tmp_pat
 
 
 def test_two_ranks_through_the_trainers_callback_handler(tmp_path: Path) -> None:
-    """Multi-rank: the trainer's CallbackHandler and hooks, driven by a stand-in loop (see the helper)."""
+    """Multi-rank: the trainer's CallbackHandler and hooks, driven by a stand-in loop with a real model,
+    forward, backward and all-reduce (see the helper). The loss callbacks get is the mean over the ranks
+    (as the trainer hands it), so each rank's own values, its loss, the highest loss and the rank holding
+    it, the incident's ranks and the per-layer gradient norms, can only come from the monitor's own reads."""
     config = yaml.safe_load((MF2X / "tiny_qwen3_cpu.yaml").read_text())
-    config["callbacks"] = [dict(MONITORS[0], log_dir=str(tmp_path / "tb"), aggregate_every=4)]
+    monitor = dict(
+        MONITORS[0], log_dir=str(tmp_path / "tb"), aggregate_every=4, aggregate_seconds=0, layer_grad_norms=True
+    )
+    spike = {"rule": "spike", "tag": "train/loss_max", "window": 10, "min_points": 3}
+    alerts = {"type": "AlertMonitor", "rules": [spike], "sinks": [{"jsonl": str(tmp_path / "alerts.jsonl")}]}
+    config["callbacks"] = [monitor, alerts]
     path = tmp_path / "handler.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     steps = 8
@@ -249,23 +257,45 @@ def test_two_ranks_through_the_trainers_callback_handler(tmp_path: Path) -> None
     )
     logs = "".join(p.read_text(errors="replace") for p in sorted((tmp_path / "msrun_log").glob("worker_*.log")))
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:] + logs[-3000:]
-    reported = [line.split()[1:] for line in logs.splitlines() if line.startswith("RANK_STEP ")]
-    losses: dict[int, list[float]] = {}
+    losses: dict[int, dict[int, float]] = {}
     lrs: dict[int, float] = {}
-    for _rank, step, loss, lr in reported:
-        losses.setdefault(int(step), []).append(float(loss))
-        lrs[int(step)] = float(lr)
+    grads: dict[int, dict[int, dict[str, float]]] = {}
+    for line in logs.splitlines():
+        if line.startswith("RANK_STEP "):
+            _, rank, step, loss, lr = line.split()
+            losses.setdefault(int(step), {})[int(rank)] = float(loss)
+            lrs[int(step)] = float(lr)
+        elif line.startswith("RANK_GRADS "):
+            _, rank, step, squares = line.split(" ", 3)
+            grads.setdefault(int(step), {})[int(rank)] = json.loads(squares)
     assert sorted(losses) == list(range(1, steps + 1)) and all(len(v) == 2 for v in losses.values())
     (run_dir,) = run_dirs(tmp_path / "tb")
-    scalars = read_scalars(run_dir)
-    for step, loss in scalars["train/loss"]:
-        assert loss == pytest.approx(sum(losses[step]) / 2, abs=1e-5), step
-    for step, lr in scalars["train/lr"]:
-        assert lr == pytest.approx(lrs[step], rel=1e-6), step
-    assert [step for step, _ in scalars["train/grad_norm"]] == list(range(1, steps + 1))
-    for rank in (0, 1):
-        rank_scalars = read_scalars(run_dir / f"rank_{rank}")
-        assert [step for step, _ in rank_scalars["perf/step_time_ms"]] == list(range(1, steps + 1))
+    scalars = {tag: dict(points) for tag, points in read_scalars(run_dir).items()}
+    for step, own in losses.items():
+        assert scalars["train/loss"][step] == pytest.approx((own[0] + own[1]) / 2, rel=1e-6), step
+        assert scalars["train/loss_max"][step] == pytest.approx(max(own.values()), rel=1e-6), step
+        assert scalars["train/loss_max_rank"][step] == max(own, key=own.get), step
+        assert scalars["train/lr"][step] == pytest.approx(lrs[step], rel=1e-6), step
+        # each rank's own per-layer gradient norms, their squares averaged over the ranks
+        for group in ("layers.0", "layers.1", "head"):
+            mean = sum(sum(v for k, v in grads[step][r].items() if k.startswith(group + ".")) for r in (0, 1)) / 2
+            assert scalars[f"grad_norm/{group}"][step] == pytest.approx(math.sqrt(mean), rel=1e-5), (group, step)
+    assert losses[6][1] > 4 * losses[6][0]  # the spike is rank 1's alone
+    (line,) = (tmp_path / "alerts.jsonl").read_text().splitlines()
+    alert = json.loads(line)
+    assert (alert["rule"], alert["step"]) == ("spike", 6)
+    ranks = alert["incident"]["ranks"]
+    assert [entry["rank"] for entry in ranks] == [1, 0]
+    assert [entry["value"] for entry in ranks] == pytest.approx([losses[6][1], losses[6][0]], rel=1e-6)
+    # the job's throughput counts both data-parallel replicas: each rank's own rate over the interval
+    # (harmonic mean of its logged samples/s), halved (each replica reads half of the global batch), summed
+    rates = {rank: dict(read_scalars(run_dir / f"rank_{rank}")["perf/samples_per_s"]) for rank in (0, 1)}
+    assert sorted(rates[0]) == list(range(1, steps + 1))
+    for last in (4, 8):
+        interval = range(last - 3, last + 1)
+        job = sum(len(interval) / sum(1 / rates[rank][s] for s in interval) / 2 for rank in (0, 1))
+        assert scalars["perf/job_samples_per_s"][last] == pytest.approx(job, rel=1e-4), last
+    assert "2 data-parallel replica(s)" in logs
 
 
 # -- mixture-of-experts and multi-token prediction models: the views the classic trainer gets ----------------
