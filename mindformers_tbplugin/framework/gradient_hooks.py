@@ -2,27 +2,28 @@
 
 That trainer frees the gradients before any callback's step end, so they are read where they exist:
 a hook on each parameter (``Parameter.register_hook``, as MindFormers' own TrainStateMonitor does)
-sees each micro-batch's gradient ``g_m`` as the backward produces it, before it is added to
-``param.grad`` and before clipping. The step's gradient is their sum ``S = sum g_m``; its squared norm
-is built up without keeping a copy of it: ``|S_m|^2 = |S_(m-1)|^2 + g_m . (2 S_(m-1) + g_m)``, where
-``S_(m-1)`` is what the parameter's ``grad`` holds when the hook runs. So the result is the squared
-norm of the gradient the optimizer steps with (the classic wrapper's ``local_norm`` of the summed
-micro-batches), and over all parameters it adds up to the trainer's own ``grad_norm`` on one device.
+sees each micro-batch's gradient ``g_m`` as the backward produces it, before it is added to ``param.grad`` and
+before clipping. The step's gradient is their sum; at the step's last micro-batch the hook adds its
+``g`` to what the parameter's ``grad`` holds then (the sum of the earlier ones) and takes the squared
+norm of that, without keeping a copy of the gradient; the earlier micro-batches' calls only count. So the
+result is the squared norm of the gradient the optimizer steps with (the classic wrapper's
+``local_norm`` of the summed micro-batches), and over all parameters it adds up to the trainer's own
+``grad_norm`` on one device.
 
 The trainer scales each backward by the loss sense (``1 / (data x tensor x context parallel)``) and
 by ``1 / micro-batches``; the sense is divided out here, so a rank's values are the norms of its own
 gradient before the data-parallel reduction, as the classic trainer's wrapper gives them.
 
-The hooks are registered only for the steps that are read (:meth:`GradientHooks.arm` at a logged
-step's begin, removed by :meth:`read`): other steps pay nothing. On a device, each hook adds one
-small reduction there and the values come to the host as one vector per read step; on a CPU the
-gradients are host memory already and numpy reads them in place (MindSpore's eager ops cost a few
-hundred microseconds each there).
+The hooks are on only for the steps that are read (:meth:`GradientHooks.step_began`: registered at a
+logged step's begin, removed at the begin of a step that is not): other steps pay nothing. On a device,
+the step's last micro-batch adds one small reduction per parameter there and the values come to the host
+as one vector per read step; on a CPU the gradients are host memory already and numpy reads them in
+place (MindSpore's eager ops cost a few hundred microseconds each there).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,13 +32,20 @@ from mindformers_tbplugin.framework.host_values import host_copy
 
 
 class GradientHooks:
-    def __init__(self, params: Sequence[Any], sense: float, on_host: bool) -> None:
+    def __init__(
+        self, params: Sequence[Any], sense: float, on_host: bool, micro_batches: Callable[[], int] = lambda: 1
+    ) -> None:
         """``params``: the parameters whose gradients the optimizer steps with, in its order; ``sense``:
-        the trainer's loss sense (the factor each backward carries); ``on_host``: read with numpy (CPU)."""
+        the trainer's loss sense (the factor each backward carries); ``on_host``: read with numpy (CPU);
+        ``micro_batches()``: the backwards of the coming step (the trainer's gradient accumulation steps)."""
         self.names = [str(param.name) for param in params]
         self._params = list(params)
         self._unscale = 1.0 / (sense * sense)
         self._on_host = on_host
+        self._micro_batches = micro_batches
+        self._last = 1  # the call of each hook that reads: the step's last micro-batch
+        self._calls = np.zeros(len(self._params), dtype=np.int64)
+        self._read = False
         self._handles: list[Any] = []
         self._squares = np.zeros(len(self._params), dtype=np.float64)  # host path
         self._indices: list[int] = []  # device path: which parameter each value belongs to
@@ -47,13 +55,21 @@ class GradientHooks:
     def armed(self) -> bool:
         return bool(self._handles)
 
-    def arm(self) -> None:
-        """At the begin of a step that will be read: hooks on every parameter, sums cleared."""
-        self.disarm()
+    def step_began(self, logged: bool) -> None:
+        """At every step's begin: hooks on every parameter for a step that will be read (kept from the step
+        before when it was read too), none otherwise."""
+        if not logged:
+            self.disarm()
+            return
         self._squares[:] = 0.0
-        self._indices, self._values = [], []
-        make = self._host_hook if self._on_host else self._device_hook
-        self._handles = [param.register_hook(make(index, param)) for index, param in enumerate(self._params)]
+        self._calls[:] = 0
+        self._last = max(int(self._micro_batches()), 1)
+        self._indices.clear()  # in place: the hooks hold these lists
+        self._values.clear()
+        self._read = False
+        if not self._handles:
+            make = self._host_hook if self._on_host else self._device_hook
+            self._handles = [param.register_hook(make(index, param)) for index, param in enumerate(self._params)]
 
     def disarm(self) -> None:
         handles, self._handles = self._handles, []
@@ -62,10 +78,10 @@ class GradientHooks:
 
     def read(self) -> np.ndarray | None:
         """At the step's end: each parameter's squared gradient norm (float64, the optimizer's order), or
-        None when the hooks were not armed for this step."""
-        if not self._handles:
+        None when the hooks were not on for this step (or it was read already)."""
+        if not self._handles or self._read:
             return None
-        self.disarm()
+        self._read = True
         if self._on_host:
             squares = self._squares.copy()
         elif self._values:
@@ -78,15 +94,16 @@ class GradientHooks:
         return squares * self._unscale
 
     def _host_hook(self, index: int, param: Any) -> Any:
-        squares = self._squares
+        squares, calls = self._squares, self._calls
 
         def hook(grad: Any) -> Any:
-            current = _flat_host(grad)
-            summed = param.grad
-            if summed is None:
-                squares[index] += float(np.dot(current, current))
-            else:  # g . (2 S + g): the growth of |S|^2 as g is added to the sum so far
-                squares[index] += float(np.dot(current, 2.0 * _flat_host(summed) + current))
+            calls[index] += 1
+            if calls[index] == self._last:
+                step = _flat_host(grad)
+                summed = param.grad  # the earlier micro-batches' sum
+                if summed is not None:
+                    step = step + _flat_host(summed)
+                squares[index] = float(np.dot(step, step))
             return grad
 
         return hook
@@ -94,17 +111,17 @@ class GradientHooks:
     def _device_hook(self, index: int, param: Any) -> Any:
         from mindspore import mint
 
-        indices, values = self._indices, self._values
+        indices, values, calls = self._indices, self._values, self._calls
 
         def hook(grad: Any) -> Any:
-            current = grad.float()
-            summed = param.grad
-            if summed is None:
-                value = mint.mul(current, current).sum()
-            else:
-                value = mint.mul(current, mint.add(current, summed.float(), alpha=2)).sum()
-            indices.append(index)
-            values.append(value)
+            calls[index] += 1
+            if calls[index] == self._last:
+                step = grad.float()
+                summed = param.grad
+                if summed is not None:
+                    step = mint.add(step, summed.float())
+                indices.append(index)
+                values.append(mint.mul(step, step).sum())
             return grad
 
         return hook
@@ -112,4 +129,5 @@ class GradientHooks:
 
 def _flat_host(tensor: Any) -> np.ndarray:
     """A CPU tensor's values in place, float32."""
-    return np.asarray(tensor.asnumpy(), dtype=np.float32).reshape(-1)
+    values = tensor.asnumpy()
+    return (values if values.dtype == np.float32 else values.astype(np.float32)).reshape(-1)

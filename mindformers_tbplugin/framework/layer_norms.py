@@ -73,7 +73,9 @@ class LayerNorms:
             if not (requested or get_path(config, "monitor.train_state.local_norm")) or optimizer is None:
                 return None
             params = [param for param in optimizer.parameters if getattr(param, "requires_grad", True)]
-            hooks = GradientHooks(params, _loss_sense(start), device_target() == "CPU")
+            state = start.training
+            micro_batches = lambda: int(getattr(state, "num_accumulation_steps", 1) or 1)  # noqa: E731
+            hooks = GradientHooks(params, _loss_sense(start), device_target() == "CPU", micro_batches)
         names = [parameter.name for parameter in params]
         if not names:
             return None

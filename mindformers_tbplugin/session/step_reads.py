@@ -107,9 +107,10 @@ class StepReads:
         if self._classic:
             return
         logged = self._due(step)[0]
-        for reader in (self._local_loss, self._gradient_hooks):
-            if reader is not None and logged:
-                reader.arm()
+        if self._gradient_hooks is not None:
+            self._gradient_hooks.step_began(logged)
+        if self._local_loss is not None and logged:
+            self._local_loss.arm()
 
     @property
     def _gradient_hooks(self) -> Any:

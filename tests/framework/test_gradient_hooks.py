@@ -48,18 +48,20 @@ def test_the_norm_of_the_gradient_summed_over_micro_batches_without_the_loss_sen
     ms.set_context(mode=ms.PYNATIVE_MODE)
     params = [Param("model.layers.0.w"), Param("model.head.w")]
     rng = np.random.default_rng(0)
-    hooks = GradientHooks(params, sense=0.5, on_host=on_host)  # two data-parallel ranks: each backward x 1/2
-    for step in range(3):
-        hooks.arm()
+    # two data-parallel ranks (each backward x 1/2), three micro-batches a step
+    hooks = GradientHooks(params, sense=0.5, on_host=on_host, micro_batches=lambda: 3)
+    for _ in range(3):
+        hooks.step_began(logged=True)
         micro_batches = [[rng.normal(size=(3, 4)) for _ in params] for _ in range(3)]
         for gradients in micro_batches:
             for param, gradient in zip(params, gradients, strict=True):
                 param.backward(gradient)
         squares = hooks.read()
+        assert hooks.read() is None  # once per step
         summed = [sum(batch[index] for batch in micro_batches) for index in range(len(params))]
         expected = [float(np.sum(np.square(gradient))) / 0.25 for gradient in summed]
         np.testing.assert_allclose(squares, expected, rtol=1e-5)
-        assert all(not param.hooks for param in params)  # removed at the read
+        assert all(len(param.hooks) == 1 for param in params)  # kept while the steps are logged
         for param in params:
             param.grad = None  # the trainer's zero-grad
 
@@ -69,12 +71,16 @@ def test_steps_that_are_not_read_have_no_hooks() -> None:
     hooks = GradientHooks([param], sense=1.0, on_host=True)
     param.backward(np.ones(4))
     assert hooks.read() is None and not param.hooks
-    hooks.arm()
+    hooks.step_began(logged=True)
     assert len(param.hooks) == 1 and hooks.armed
-    hooks.arm()  # armed again (a step began again): still one hook
-    assert len(param.hooks) == 1
     param.grad = None
     param.backward(np.full(4, 2.0))
     np.testing.assert_allclose(hooks.read(), [16.0])
-    hooks.disarm()
+    hooks.step_began(logged=False)  # a step that is not logged: no hook sees its backward
+    assert not param.hooks and not hooks.armed
+    param.grad = None
+    param.backward(np.full(4, 3.0))
+    assert hooks.read() is None
+    hooks.step_began(logged=True)
+    hooks.disarm()  # the end of training
     assert not param.hooks
