@@ -28,6 +28,7 @@ from benchmarks import (
     moe_dashboard,
     monitor_cost,
     optimizer_state_cost,
+    pynative_cost,
     queue_memory,
     ranks_dashboard,
     signals_cost,
@@ -51,6 +52,7 @@ SECTIONS = [
     stable_rank_cost,
     signals_cost,
     moe_cost,
+    pynative_cost,
     ranks_dashboard,
     moe_dashboard,
 ]
