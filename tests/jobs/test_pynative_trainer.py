@@ -300,8 +300,9 @@ def test_two_ranks_through_the_trainers_callback_handler(tmp_path: Path) -> None
 
 # -- mixture-of-experts and multi-token prediction models: the views the classic trainer gets ----------------
 # LossCallback's line for MoE / MTP models: "..., load_balancing_loss:   1.001519, mtp_1_loss:   2.076350, lr: ..."
+# (MindFormers' master branch prints "consumed_samples: N, global_batch_size: N, " before the loss.)
 MOE_PARTS_LINE = re.compile(
-    r"step:\[\s*(\d+)/\s*\d+\], loss:\s*(-?[0-9.]+), per_step_time:.*?load_balancing_loss:\s*([0-9.]+)"
+    r"step:\[\s*(\d+)/\s*\d+\],(?: \w+: \d+,)* loss:\s*(-?[0-9.]+), per_step_time:.*?load_balancing_loss:\s*([0-9.]+)"
     r"(?:, mtp_1_loss:\s*([0-9.]+))?, lr: [0-9.e+-]+, grad_norm:\s*([0-9.]+)"
 )
 # MaxLogitsMonitor's lines: "step:[    2/   10] max_attention_logit/decoder.layers.0....max_logits_val: [0.02, ...]"
