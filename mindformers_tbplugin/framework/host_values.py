@@ -97,3 +97,11 @@ def float32_copy(param: Any, copy: bool = True) -> np.ndarray:
         param = param.astype(mstype.float32)
     values = param.asnumpy()
     return np.array(values, dtype=np.float32, copy=True) if copy else np.asarray(values, dtype=np.float32)
+
+
+def sharded(tensor: Any) -> bool:
+    """Whether ``tensor`` is a distributed tensor split across ranks (hyper-parallel's DTensor with a
+    ``Shard`` placement, as FSDP leaves parameters and optimizer states): a host copy holds only this
+    rank's part of it."""
+    placements = getattr(tensor, "placements", None)
+    return bool(placements) and any(type(placement).__name__ == "Shard" for placement in placements)

@@ -1,6 +1,8 @@
 """Adam's moment norms per layer group, as MindFormers' TrainingStateMonitor ``optimizer_state_format``
 reads them: the optimizer's first and second moments (``moment1``/``moment2``, ``moments1``/``moments2``
-or ``exp_avg``/``exp_avg_sq``), each parameter's L2 norm in float32. On a device each norm is one
+or ``exp_avg``/``exp_avg_sq``: MindFormers 2.x's PyNative AdamW, and the Adam-updated parameters of its
+Muon), each parameter's L2 norm in float32. Moments split across ranks (FSDP) are not read: a rank holds
+only its part of each (said once). On a device each norm is one
 MindSpore op where the moment lives and the norms come to the host as one vector (a moment is as large
 as its parameter: never copied); on a CPU the moments are host memory already and numpy reads them in
 place (MindSpore's eager ops cost about a millisecond each there). A group's norm is the square root
@@ -15,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from mindformers_tbplugin.framework.collectives import device_target
-from mindformers_tbplugin.framework.host_values import host_copy
+from mindformers_tbplugin.framework.host_values import host_copy, sharded
+from mindformers_tbplugin.log import logger
 from mindformers_tbplugin.pipeline import metrics
 from mindformers_tbplugin.pipeline.gradient_groups import GroupLayout
 
@@ -35,6 +38,12 @@ class OptimizerState:
         for first_name, second_name in MOMENT_ATTRIBUTES:
             first, second = getattr(optimizer, first_name, None), getattr(optimizer, second_name, None)
             if first is not None and second is not None and len(first) and len(first) == len(second):
+                if any(sharded(moment) for moment in first):
+                    logger.warning(
+                        "TensorBoardMonitor: the optimizer's moments are split across ranks (FSDP): a rank holds "
+                        "only its part of each, so adam_m_norm/ and adam_v_norm/ are not written"
+                    )
+                    return None
                 # ``adam_m.model.layers.0.attention.wq.weight``: the parameter's name after the prefix
                 names = [str(moment.name).split(".", 1)[-1] for moment in first]
                 return cls(first, second, GroupLayout.of(names, grouping), device_target() == "CPU")

@@ -5,7 +5,8 @@ the norm of the parameters before the step; ``/total`` over all trainable parame
 A due step's parameters are copied to the host at its begin and subtracted, in that copy, from their
 values at its end (read in place where the parameters are host memory, a host copy otherwise; float32),
 only on the steps ``optimizer_state_every`` chooses: the device keeps no second copy of the weights
-(which could exhaust its memory at a peak), and between due steps nothing is kept.
+(which could exhaust its memory at a peak), and between due steps nothing is kept. Parameters split
+across ranks (FSDP) are not read: a rank holds only its part of each (said once).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from mindformers_tbplugin.framework.host_values import float32_copy
+from mindformers_tbplugin.framework.host_values import float32_copy, sharded
+from mindformers_tbplugin.log import logger
 from mindformers_tbplugin.pipeline import metrics
 from mindformers_tbplugin.pipeline.gradient_groups import GroupLayout
 
@@ -31,6 +33,12 @@ class ParameterUpdates:
     @classmethod
     def for_parameters(cls, params: Sequence[Any], grouping: str | Sequence[str]) -> ParameterUpdates | None:
         if not params:
+            return None
+        if any(sharded(param) for param in params):
+            logger.warning(
+                "TensorBoardMonitor: the parameters are split across ranks (FSDP): a rank holds only its part of "
+                "each, so update_norm/ and update_ratio/ are not written"
+            )
             return None
         return cls(params, GroupLayout.of([str(param.name) for param in params], grouping))
 

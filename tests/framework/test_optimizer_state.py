@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import plugin_log
 
 pytestmark = pytest.mark.process  # imports MindSpore
 
@@ -44,3 +45,24 @@ def test_an_optimizer_without_adam_moments_has_no_state() -> None:
 
     assert OptimizerState.for_optimizer(SimpleNamespace(moments=[]), "layer") is None
     assert OptimizerState.for_optimizer(None, "layer") is None
+
+
+def test_moments_split_across_ranks_are_not_read_as_if_whole() -> None:
+    """FSDP leaves the moments as distributed tensors with a Shard placement: one rank's part of each."""
+    from mindformers_tbplugin.framework.optimizer_state import OptimizerState
+    from mindformers_tbplugin.framework.update_norms import ParameterUpdates
+
+    class Shard:
+        pass
+
+    class Split:
+        placements = (Shard(),)
+        name = "adam_m.layers.0.w"
+        shape = (4,)
+
+    optimizer = type("Optimizer", (), {"exp_avg": [Split()], "exp_avg_sq": [Split()]})()
+    with plugin_log() as messages:
+        assert OptimizerState.for_optimizer(optimizer, "layer") is None
+        assert ParameterUpdates.for_parameters([Split()], "layer") is None
+    assert any("moments are split across ranks" in m for m in messages)
+    assert any("parameters are split across ranks" in m for m in messages)
