@@ -149,7 +149,7 @@ def _run(variant: str, layers: int, experts: int, steps: int, folder: Path) -> t
         for step in range(1, steps + 1):
             model.train_step(step)
             start = clock()
-            # ahead of MindFormers' callbacks, as the monitor reads (framework/step_end_tap.py)
+            # ahead of MindFormers' callbacks, as the monitor reads (framework/call_tap.py)
             step_metrics = metrics.train_metrics(step, outputs)
             if variant != BEFORE:
                 accumulators.capture(step, True, with_loads and step % moe_every == 0)

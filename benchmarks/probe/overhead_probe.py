@@ -33,6 +33,7 @@ from mindspore.train import Callback
 
 from mindformers_tbplugin import TensorBoardMonitor
 from mindformers_tbplugin.session.monitor_session import MonitorSession
+from mindformers_tbplugin.session.step_reads import StepReads
 
 BLOCK_PATTERN = (False, True, True, False)
 FORWARD = ("all", "reads", "none")  # what the monitor gets in the "on" blocks
@@ -88,16 +89,16 @@ class OverheadProbe(Callback):
         due = MonitorSession._ahead_due
         reads = forward != "none"
         MonitorSession._ahead_due = lambda session, step: (
-            due(session, step) if reads and self._is_on(step) else (False, False)
+            due(session, step) if reads and self._is_on(step) else (False, False, False)
         )
-        read_ahead = MonitorSession._read_ahead
+        read_ahead = StepReads._read_ahead
 
-        def timed_read_ahead(session: MonitorSession, run_context: Any) -> None:
+        def timed_read_ahead(reads_of_step: StepReads, run_context: Any) -> None:
             began = time.perf_counter()
-            read_ahead(session, run_context)
+            read_ahead(reads_of_step, run_context)
             self._ahead_seconds = time.perf_counter() - began
 
-        MonitorSession._read_ahead = timed_read_ahead
+        StepReads._read_ahead = timed_read_ahead
         self.starts: list[float] = []
         self.on_steps: list[int] = []
         self.inside_seconds: list[float] = []  # per "on" step: in the monitor's step_begin, read ahead, step_end

@@ -54,7 +54,7 @@ def test_plain_model_train_writes_the_tags_it_can_know(tmp_path: Path) -> None:
 
 
 def test_a_step_is_read_ahead_of_the_callbacks_before_the_monitor(tmp_path: Path) -> None:
-    """The monitor reads a logged step's outputs in front of the first callback (framework/step_end_tap.py):
+    """The monitor reads a logged step's outputs in front of the first callback (framework/call_tap.py):
     what a callback listed before it changes, or the device work it queues, is not what gets logged."""
     result = _train(tmp_path / "work", tmp_path / "elsewhere", "overwrite")
     assert result.returncode == 0, result.stderr[-4000:]
