@@ -5,7 +5,8 @@ monitor's values must equal, and prints one ``PROBE {json}`` line per step.
 At a step's begin: the trainable parameters (for the step's change), and a forward pre-hook on the model
 that keeps each micro-batch's ``input_ids`` (the dataset rows the step read). At its end, before
 LossCallback reads and clears them: every MoE layer's ``tokens_per_expert``, the loss-part trackers,
-the norms of AdamW's moments (after the optimizer step), the step's parameter change, and the stable
+the norms of AdamW's moments (after the optimizer step), the step's parameter change, each parameter's
+squared norm after the step, and the stable
 rank of the 2-D weights whose name matches MF2X_PROBE_STABLE (a regular expression), when set.
 With MF2X_PROBE_TRIGGER=N it also logs ``test/trigger`` = 1 for step N (through the running monitor), for an
 AlertMonitor rule to fire on, and 0 for the other steps: at the next step's begin, once the monitor wrote
@@ -80,6 +81,7 @@ class FrontProbe(TrainerCallback):
             if (found := getattr(optimizer, moments, None)) is not None
         }
         after = [np.array(p.asnumpy(), dtype=np.float64) for p in model.trainable_params()]
+        squares = {p.name: float(np.sum(np.square(a))) for p, a in zip(model.trainable_params(), after, strict=True)}
         change = float(np.sqrt(sum(float(np.sum(np.square(a - b))) for a, b in zip(after, self.before, strict=True))))
         record = {
             "step": step,
@@ -88,6 +90,7 @@ class FrontProbe(TrainerCallback):
             "mtp": _values(get_mtp_layer_wise_logging_tracker()),
             "adam": adam,
             "update_norm": change,
+            "param_squares": squares,
             "inputs": self.inputs,
             "stable_rank": {
                 p.name: _stable_rank(p.asnumpy())

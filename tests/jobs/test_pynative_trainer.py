@@ -296,6 +296,8 @@ def test_two_ranks_through_the_trainers_callback_handler(tmp_path: Path) -> None
         job = sum(len(interval) / sum(1 / rates[rank][s] for s in interval) / 2 for rank in (0, 1))
         assert scalars["perf/job_samples_per_s"][last] == pytest.approx(job, rel=1e-4), last
     assert "2 data-parallel replica(s)" in logs
+    # a model that is not one of MindFormers' mcore models: said once per rank, the rest written
+    assert logs.count("Tiny is not a MindFormers mcore model (no get_gpt_transformer_config)") == 2
 
 
 # -- mixture-of-experts and multi-token prediction models: the views the classic trainer gets ----------------
@@ -460,13 +462,23 @@ def test_attention_logits_are_read_ahead_of_maxlogitsmonitor_listed_before_the_m
     assert sorted(scalars["attention_logit_max/all"]) == list(range(2, DS3_STEPS + 1, 2))
 
 
-def test_adam_moments_update_norms_and_stable_rank_against_the_probes_reads(ds3_run: PyNativeRun) -> None:
+def test_adam_moments_update_norms_parameter_norms_and_stable_rank_against_the_probes_reads(
+    ds3_run: PyNativeRun,
+) -> None:
+    from mindformers_tbplugin.pipeline.gradient_groups import layer_group
+
     scalars = {tag: dict(points) for tag, points in read_scalars(ds3_run.run_dir).items()}
     probe = probed(ds3_run)
     for step in (5, 10):
         assert scalars["adam_m_norm/total"][step] == pytest.approx(probe[step]["adam"]["exp_avg"], rel=1e-5)
         assert scalars["adam_v_norm/total"][step] == pytest.approx(probe[step]["adam"]["exp_avg_sq"], rel=1e-5)
         assert scalars["update_norm/total"][step] == pytest.approx(probe[step]["update_norm"], rel=1e-4)
+        groups: dict[str, float] = {}
+        for name, squares in probe[step]["param_squares"].items():
+            groups[layer_group(name)] = groups.get(layer_group(name), 0.0) + squares
+        for group, squares in groups.items():
+            assert scalars[f"param_norm/{group}"][step] == pytest.approx(math.sqrt(squares), rel=1e-5), group
+        assert scalars["train/param_norm"][step] == pytest.approx(math.sqrt(sum(groups.values())), rel=1e-5)
         ranks = probe[step]["stable_rank"]
         assert ranks
         for name, value in ranks.items():
