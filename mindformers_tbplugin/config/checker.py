@@ -198,16 +198,34 @@ class _Checker:
             self.note_idle_layer_norm_options(where, arguments)
 
     def note_idle_layer_norm_options(self, where: str, arguments: dict) -> None:
-        """Per-layer norm options written while the wrapper does not return per-parameter norms."""
+        """Per-layer norm options written while per-layer gradient norms are off: the classic trainer's wrapper
+        does not return them (``runner_wrapper.local_norm``), or a config of MindFormers 2.x's PyNative
+        trainer asks for them neither with ``layer_grad_norms`` nor with its ``monitor.train_state.local_norm``."""
         wrapper = self.document.get("runner_wrapper")
         if isinstance(wrapper, dict) and wrapper.get("local_norm") is True:
             return
+        pynative = _is_pynative_config(self.document)
+        monitor = self.document.get("monitor")
+        train_state = monitor.get("train_state") if isinstance(monitor, dict) else None
+        if pynative and (
+            arguments.get("layer_grad_norms") is True
+            or (isinstance(train_state, dict) and train_state.get("local_norm"))
+        ):
+            return
+        hint = (
+            "add 'layer_grad_norms: true' to this entry (MindFormers 2.x's PyNative trainer)"
+            if pynative
+            else "add 'local_norm: True' under runner_wrapper"
+        )
         for key in ("norm_groups", "grad_hist_every"):
             if key in arguments:
-                self.note(
-                    f"{where}.{key}",
-                    "takes effect only with per-layer gradient norms: add 'local_norm: True' under runner_wrapper",
-                )
+                self.note(f"{where}.{key}", f"takes effect only with per-layer gradient norms: {hint}")
+        if not pynative and arguments.get("layer_grad_norms") is True:
+            self.note(
+                f"{where}.layer_grad_norms",
+                "the classic trainer computes per-layer gradient norms only with 'local_norm: True' under "
+                "runner_wrapper; this option turns them on under MindFormers 2.x's PyNative trainer",
+            )
 
     def warn_likely_mistakes(self, where: str, cls: type, arguments: dict) -> None:
         if "log_dir" in arguments:
@@ -373,3 +391,12 @@ def check_file(path: str | Path, ours: dict[str, type] | None = None) -> Report:
         ours = our_callbacks()
     _Checker(report, document, root, ours).run()
     return report
+
+
+def _is_pynative_config(document: dict) -> bool:
+    """A config of MindFormers 2.x's PyNative trainer: its ``training`` and ``parallelism`` sections (the
+    classic trainer's are ``runner_config`` and ``parallel_config``)."""
+    training = document.get("training")
+    return (
+        isinstance(training, dict) and "global_batch_size" in training and isinstance(document.get("parallelism"), dict)
+    )

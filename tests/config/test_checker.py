@@ -411,3 +411,35 @@ def test_per_layer_norm_options_without_local_norm_get_a_note(tmp_path: Path, lo
     notes = [f.render() for f in report.notes if f.path.endswith(("norm_groups", "grad_hist_every"))]
     expected = "takes effect only with per-layer gradient norms: add 'local_norm: True' under runner_wrapper"
     assert all(expected in note for note in notes) and len(notes) == (0 if local_norm else 2)
+
+
+@pytest.mark.parametrize("switch", ["layer_grad_norms", "train_state", None])
+def test_per_layer_norm_options_of_a_pynative_trainer_config(tmp_path: Path, switch: str | None) -> None:
+    """MindFormers 2.x's PyNative trainer has no runner_wrapper: its switches are the monitor's
+    layer_grad_norms and its own monitor.train_state.local_norm."""
+    entry = "  - type: TensorBoardMonitor\n    log_dir: ./tb\n    grad_hist_every: 50\n"
+    entry += "    layer_grad_norms: true\n" if switch == "layer_grad_norms" else ""
+    monitor = "monitor:\n  train_state:\n    local_norm: True\n" if switch == "train_state" else ""
+    config = tmp_path / "pynative.yaml"
+    config.write_text(
+        "training:\n  steps: 10\n  global_batch_size: 4\nparallelism:\n  tensor_parallel: 1\n"
+        + monitor
+        + "callbacks:\n"
+        + entry
+    )
+    report = check_file(config, our_callbacks())
+    assert report.exit_code == 0, report.render()
+    notes = [f.render() for f in report.notes if f.path.endswith("grad_hist_every")]
+    if switch:
+        assert notes == []
+    else:
+        (note,) = notes
+        assert "add 'layer_grad_norms: true' to this entry (MindFormers 2.x's PyNative trainer)" in note
+
+
+def test_layer_grad_norms_in_a_classic_config_says_what_turns_them_on_there(tmp_path: Path) -> None:
+    config = tmp_path / "classic.yaml"
+    config.write_text("callbacks:\n  - type: TensorBoardMonitor\n    log_dir: ./tb\n    layer_grad_norms: true\n")
+    report = check_file(config, our_callbacks())
+    (note,) = [f.render() for f in report.notes if f.path.endswith("layer_grad_norms")]
+    assert "the classic trainer computes per-layer gradient norms only with 'local_norm: True' under" in note
