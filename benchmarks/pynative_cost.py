@@ -15,7 +15,6 @@ python -m benchmarks.pynative_cost [--quick]
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -24,6 +23,8 @@ import tempfile
 from pathlib import Path
 
 import yaml
+
+from benchmarks.optimizer_state_cost import section_main
 
 REPO = Path(__file__).resolve().parents[1]
 MF2X = REPO / "tests" / "compat" / "mf2x_cpu"
@@ -119,13 +120,8 @@ def markdown_section(quick: bool) -> tuple[str, list[str]]:
     return header + "\n".join(rows) + "\n\n" + "\n".join(notes) + "\n", missed
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    text, missed = markdown_section(parser.parse_args().quick)
-    print(text)
-    for miss in missed:
-        print("MISSED:", miss)
+def main(argv: list[str] | None = None) -> None:
+    section_main(argv, "python -m benchmarks.pynative_cost", __doc__, markdown_section)
 
 
 if __name__ == "__main__":
