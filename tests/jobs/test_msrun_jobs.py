@@ -672,15 +672,28 @@ def _rows_read_back(path: Path, shards: int, shard: int, step: int, batch: int =
     return [int(row[0]) for row in list(batches)[step - 1]["input_ids"]]
 
 
-def test_a_bad_batch_on_one_rank_is_named_by_its_incident(tmp_path: Path) -> None:
-    """Every row is one token repeated (learnt within a few steps) except the two rows rank 1 reads at step
-    12, which are random tokens: its loss jumps, the averaged loss spikes, and the alert's incident names
-    rank 1 first with its printed loss, those two rows, the layers, and a resume that validates."""
+@dataclass
+class Planted:
+    job: Job
+    config: Path
+    alerts: Path
+    planted: list[int]  # the rows BAD_RANK reads at BAD_STEP
+    indexed: Path  # the index-holding stand-in of _rows_read_back
+
+
+@pytest.fixture(scope="module")
+def planted_job(tmp_path_factory: pytest.TempPathFactory) -> Planted:
+    """Every row is its own index followed by one token repeated (learnt within a few steps), except the two
+    rows rank 1 reads at step 12, whose tokens after the index are random: its loss jumps there and the
+    averaged loss spikes. A checkpoint every 4 steps; each rank records the rows of every batch it trained on."""
     from mindspore.mindrecord import FileWriter
 
-    planted = _rows_read_back(tmp_path / "indexed.mindrecord", 2, BAD_RANK, BAD_STEP)
+    tmp_path = tmp_path_factory.mktemp("planted")
+    indexed = tmp_path / "indexed.mindrecord"
+    planted = _rows_read_back(indexed, 2, BAD_RANK, BAD_STEP)
     rows = np.full((JOB_STEPS * 2 * 2, 33), 7, np.int32)
     rows[planted] = np.random.default_rng(0).integers(0, 256, size=(len(planted), 33))
+    rows[:, 0] = np.arange(len(rows))  # each row names itself in the batch the network is given
     data = tmp_path / "planted.mindrecord"
     writer = FileWriter(str(data), shard_num=1, overwrite=True)
     writer.add_schema({"input_ids": {"type": "int32", "shape": [-1]}}, "planted")
@@ -696,32 +709,110 @@ def test_a_bad_batch_on_one_rank_is_named_by_its_incident(tmp_path: Path) -> Non
     spike = {"rule": "spike", "tag": "train/loss", "k": 6, "window": 5, "min_points": 5}  # the loss falls fast
     config["callbacks"] = [
         {"type": "MFLossMonitor"},
+        {"type": "ReadRecorder", "auto_register": "data_hooks.ReadRecorder"},
         {"type": "TensorBoardMonitor", "experiment": "planted", "aggregate_every": 4},
         {"type": "AlertMonitor", "rules": [spike], "sinks": ["log", "tensorboard", {"jsonl": str(jsonl)}]},
         {"type": "CheckpointMonitor", "prefix": "tiny", "save_checkpoint_steps": 4},
     ]
     path = tmp_path / "planted.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
-    job = _finish(
-        _launch(path, tmp_path / "out", "--worker_num", "2", "--master_port", str(any_free_port())), tmp_path / "out"
-    )
+    reads = str(tmp_path / "reads_rank_{rank}.jsonl")
+    launch = ("--worker_num", "2", "--master_port", str(any_free_port()))
+    job = _finish(_launch(path, tmp_path / "out", *launch, MFTB_TEST_READS=reads), tmp_path / "out")
     assert job.returncode == 0, job.stderr[-3000:] + job.worker_log(0, 0)[-3000:]
+    return Planted(job, path, jsonl, planted, indexed)
+
+
+def _reads(path: Path) -> tuple[int, dict[str, float], dict[int, list[int]]]:
+    """A ReadRecorder file: the step training started after, the parameters' sums of squares then, and the
+    rows of each step."""
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    (begin,) = [record for record in records if "begin" in record]
+    rows = {record["step"]: record["rows"] for record in records if "step" in record}
+    return begin["begin"], begin["squares"], rows
+
+
+def test_a_bad_batch_on_one_rank_is_named_by_its_incident(planted_job: Planted) -> None:
+    """The alert's incident names rank 1 first with its printed loss, the rows each rank read at the bad
+    step (as MindDataset gives them, and as the batches held them), and the last checkpoint before it."""
+    job, tmp_path, planted = planted_job.job, planted_job.config.parent, planted_job.planted
     printed = [mf_losses(job.worker_log(0, rank)) for rank in (0, 1)]
     assert printed[BAD_RANK][BAD_STEP][0] > printed[1 - BAD_RANK][BAD_STEP][0] + 1.0, printed  # the plant took
+    jsonl = planted_job.alerts
     assert jsonl.exists(), " | ".join(" ".join(f"{printed[r][s][0]:.3f}" for s in sorted(printed[r])) for r in (0, 1))
     records = [json.loads(line) for line in jsonl.read_text().splitlines()]
     (record,) = [r for r in records if r["step"] == BAD_STEP]
     incident = record["incident"]
-    assert incident["ranks"][0]["rank"] == BAD_RANK
-    assert abs(incident["ranks"][0]["value"] - printed[BAD_RANK][BAD_STEP][0]) <= 1e-5
+    assert [entry["rank"] for entry in incident["ranks"]] == [BAD_RANK, 1 - BAD_RANK]
+    for entry in incident["ranks"]:
+        assert abs(entry["value"] - printed[entry["rank"]][BAD_STEP][0]) <= 1e-5, incident["ranks"]
     samples = {entry["rank"]: entry["indices"] for entry in incident["samples"]}
-    assert samples[BAD_RANK] == planted and len(samples[1 - BAD_RANK]) == 2, (samples, planted)
+    other = _rows_read_back(tmp_path / "other.mindrecord", 2, 1 - BAD_RANK, BAD_STEP)
+    assert samples == {BAD_RANK: planted, 1 - BAD_RANK: other}, (samples, planted, other)
+    for rank in (0, 1):  # the rows the network was given at that step, from the batch itself
+        assert _reads(tmp_path / f"reads_rank_{rank}.jsonl")[2][BAD_STEP] == samples[rank], rank
     assert incident["layers"] and incident["layers"][0]["group"], incident["layers"]
-    assert incident["checkpoint"]["step"] == 8 and incident["resume"][-1] == f"data_skip_steps: {BAD_STEP}"
-    resumed = yaml.safe_load(path.read_text())
-    resumed.update(yaml.safe_load("\n".join(incident["resume"])))
-    (tmp_path / "resume.yaml").write_text(yaml.safe_dump(resumed, sort_keys=False))
-    validate = subprocess.run([MFTB, "validate", str(tmp_path / "resume.yaml")], capture_output=True, text=True)
-    assert validate.returncode == 0, validate.stdout + validate.stderr
+    folder = job.output / "checkpoint"
+    assert incident["checkpoint"] == {"step": 8, "path": str(folder / "rank_0" / "tiny_rank_0-1_8.ckpt")}
+    assert incident["resume"] == [
+        f"load_checkpoint: '{folder}'",
+        "resume_training: 'tiny_rank_0-1_8.ckpt'",
+        "ignore_data_skip: False",
+        f"data_skip_steps: {BAD_STEP}",
+    ]
     loss_max = dict(read_scalars(job.run_dir)["train/loss_max"])
     assert abs(loss_max[BAD_STEP] - printed[BAD_RANK][BAD_STEP][0]) <= 1e-5
+
+
+def test_the_incidents_resume_lines_train_past_the_bad_batch_from_its_checkpoint(planted_job: Planted) -> None:
+    """The incident's resume lines applied to the job's config as they are written, and the job launched
+    again: every rank starts from its own checkpoint of step 8 (its parameters at train begin are that file's,
+    not step 4's or 12's), trains on the batches after the bad one (the rows in the batches, against the
+    rows MindDataset gives after step 12) to the end of its data, and the run continues with those steps."""
+    from mindspore import load_checkpoint
+
+    job, tmp_path = planted_job.job, planted_job.config.parent
+    (record,) = [r for r in map(json.loads, planted_job.alerts.read_text().splitlines()) if r["step"] == BAD_STEP]
+    config = yaml.safe_load(planted_job.config.read_text())
+    config.update(yaml.safe_load("\n".join(record["incident"]["resume"])))
+    path = tmp_path / "resume.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    validate = subprocess.run([MFTB, "validate", str(path)], capture_output=True, text=True)
+    assert validate.returncode == 0, validate.stdout + validate.stderr
+    reads = str(tmp_path / "resumed_rank_{rank}.jsonl")
+    # MindFormers' multi-rank checkpoint loading calls Barrier, which has no CPU kernel: this entry puts an
+    # all-reduce in its place (see the helper); nothing else differs from `mftb train`.
+    launch = ("--worker_num", "2", "--master_port", str(any_free_port()))
+    launch += ("--entry", str(HELPERS / "train_with_cpu_barrier.py"))
+    # A copy of the job's folder (its runs, checkpoints and logs stay as the other tests read them); the
+    # resume lines name the first job's checkpoint folder, which the resumed job loads.
+    output = tmp_path / "resumed"
+    shutil.copytree(job.output, output, ignore=shutil.ignore_patterns("msrun_log"))
+    resumed = _finish(_launch(path, output, *launch, MFTB_TEST_READS=reads), output)
+    assert resumed.returncode == 0, resumed.stderr[-3000:] + resumed.worker_log(0, 0)[-3000:]
+
+    checkpoints = job.output / "checkpoint"
+    after = list(range(BAD_STEP + 1, JOB_STEPS + 1))  # the batches after the bad one, to the end of the data
+    resumed_steps = list(range(9, 9 + len(after)))  # numbered on from the checkpoint's step
+    for rank in (0, 1):
+        begin, squares, rows = _reads(tmp_path / f"resumed_rank_{rank}.jsonl")
+        assert begin == 8, rank
+        for step, expected in ((8, True), (4, False), (12, False)):
+            saved = load_checkpoint(str(checkpoints / f"rank_{rank}" / f"tiny_rank_{rank}-1_{step}.ckpt"))
+            from_file = {name: float(np.sum(np.square(saved[name].asnumpy().astype(np.float64)))) for name in squares}
+            assert (from_file == squares) is expected, (rank, step)
+        assert sorted(rows) == resumed_steps, (rank, rows)
+        read_back = [_rows_read_back(tmp_path / "indexed.mindrecord", 2, rank, batch) for batch in after]
+        assert [rows[step] for step in resumed_steps] == read_back, (rank, rows, read_back)
+        assert not set(planted_job.planted) & {row for step_rows in rows.values() for row in step_rows}
+        printed = mf_losses(resumed.worker_log(0, rank))
+        assert sorted(printed) == resumed_steps, (rank, printed)
+    # TensorBoard shows the run once: the first attempt's steps up to the checkpoint, then the resumed ones
+    # (the mean of the ranks' printed losses), the bad step's spike gone.
+    (run_dir,) = run_dirs(output / "tensorboard")
+    printed = [mf_losses(resumed.worker_log(0, rank)) for rank in (0, 1)]
+    losses = read_scalars(run_dir)["train/loss"]
+    assert [step for step, _ in losses] == list(range(1, resumed_steps[-1] + 1))
+    for step, value in losses[8:]:
+        assert abs(value - (printed[0][step][0] + printed[1][step][0]) / 2) <= 1e-5, (step, value)
+    assert read_scalars(run_dir)["meta/restart"] == [(9, 8.0)]
