@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import MFTB, TINY_CONFIG, read_scalars, subprocess_env, train, write_tiny_config
+from conftest import MFTB, TINY_CONFIG, TrainingRun, read_scalars, subprocess_env, train, write_tiny_config
 from tensorboard.backend.event_processing.event_accumulator import HISTOGRAMS, EventAccumulator
 
 from mindformers_tbplugin.config.checker import check_file
@@ -100,23 +100,76 @@ def test_mftb_train_refuses_summary_collector_before_building_anything(tmp_path:
     assert not (tmp_path / "s").exists()
 
 
-def test_a_training_with_the_articles_entry_writes_scalars_and_epoch_histograms(
-    tmp_path: Path, tiny_data: Path
-) -> None:
-    entry = {**ARTICLE_ENTRY, "log_dir": str(tmp_path / "tb"), "histogram_interval": 1, "profile": 0}
+@pytest.fixture(scope="module")
+def articles_run(tmp_path_factory: pytest.TempPathFactory, tiny_data: Path) -> TrainingRun:
+    """16 steps in 2 epochs of the tiny LLaMA with the articles' entry (histograms every epoch)."""
+    folder = tmp_path_factory.mktemp("articles")
+    entry = {**ARTICLE_ENTRY, "log_dir": str(folder / "tb"), "histogram_interval": 1, "profile": 0}
     config = write_tiny_config(
-        tmp_path, tiny_data, [{"type": "MFLossMonitor"}, entry], num_samples=16, runner_config=_epochs(2)
+        folder, tiny_data, [{"type": "MFLossMonitor"}, entry], num_samples=16, runner_config=_epochs(2)
     )
-    run = train(config, tmp_path)
+    run = train(config, folder)
     assert run.returncode == 0, run.output[-4000:]
+    return run
+
+
+def test_a_training_with_the_articles_entry_writes_scalars_and_epoch_histograms(articles_run: TrainingRun) -> None:
+    run = articles_run
     assert "TensorBoard: TensorBoard is the articles' spelling of TensorBoardMonitor; " in run.output
     assert "update_time ignored" in run.output and "profile ignored" in run.output
     assert [step for step, _ in read_scalars(run.run_dir)["train/loss"]] == list(range(1, 17))
-    accumulator = EventAccumulator(str(run.run_dir), size_guidance={HISTOGRAMS: 0})
-    accumulator.Reload()
-    tags = accumulator.Tags()["histograms"]
+    tags = _histograms(run.run_dir)
     assert tags and all(tag.startswith("params/") for tag in tags)
-    assert [event.step for event in accumulator.Histograms(tags[0])] == [8, 16]  # the end of each epoch
+    assert [step for step, _ in next(iter(tags.values()))] == [8, 16]  # the end of each epoch
+
+
+def test_the_migrated_articles_entry_writes_the_same_run(articles_run: TrainingRun, tmp_path: Path) -> None:
+    """`mftb migrate` of the articles' config (type: TensorBoard -> TensorBoardMonitor + a HistogramMonitor
+    for histogram_interval), trained: the same scalar tags at the same steps with the same values (timings
+    and memory aside, which differ between two trainings), the same histograms at the same steps."""
+    migrated = tmp_path / "migrated.yaml"
+    result = subprocess.run(
+        [MFTB, "migrate", str(articles_run.folder / "tiny.yaml"), "-o", str(migrated)],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    config = yaml.safe_load(migrated.read_text())
+    assert [entry["type"] for entry in config["callbacks"]] == [
+        "MFLossMonitor",
+        "TensorBoardMonitor",
+        "HistogramMonitor",
+    ]
+    config["callbacks"][1]["log_dir"] = str(tmp_path / "tb")  # the original's folder holds the original's run
+    config["output_dir"] = str(tmp_path / "output")
+    migrated.write_text(yaml.safe_dump(config, sort_keys=False))
+    run = train(migrated, tmp_path)
+    assert run.returncode == 0, run.output[-4000:]
+    assert "the articles' spelling" not in run.output
+    original, ours = read_scalars(articles_run.run_dir), read_scalars(run.run_dir)
+    assert set(ours) == set(original) and {"train/loss", "train/lr", "train/grad_norm", "perf/step_time_ms"} <= set(
+        original
+    )
+    for tag, points in original.items():
+        assert [step for step, _ in ours[tag]] == [step for step, _ in points], tag
+        if not tag.startswith(("perf/", "system/")):
+            assert [value for _, value in ours[tag]] == pytest.approx([value for _, value in points], rel=1e-6), tag
+    original_histograms, our_histograms = _histograms(articles_run.run_dir), _histograms(run.run_dir)
+    assert set(our_histograms) == set(original_histograms)
+    for tag, events in original_histograms.items():
+        assert our_histograms[tag] == events, tag
+
+
+def _histograms(run_dir: Path) -> dict[str, list[tuple[int, object]]]:
+    """Each histogram tag's (step, HistogramValue) through TensorBoard's reader."""
+    accumulator = EventAccumulator(str(run_dir), size_guidance={HISTOGRAMS: 0})
+    accumulator.Reload()
+    return {
+        tag: [(event.step, event.histogram_value) for event in accumulator.Histograms(tag)]
+        for tag in accumulator.Tags()["histograms"]
+    }
 
 
 def _epochs(count: int) -> dict:

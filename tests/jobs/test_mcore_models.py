@@ -119,22 +119,56 @@ def mf_expert_loads(mf_tb: Path) -> dict[str, dict[int, list[float]]]:
 
 
 # -- DeepSeek-V3: MoE with expert bias + MTP ------------------------------------------------------------
+# MindFormers' own writer as its documentation switches it on, every key of the section set.
+MF_SECTION = {
+    "tensorboard_dir": "./tb",
+    "tensorboard_log_interval": 1,
+    "log_loss_scale_to_tensorboard": True,
+    "log_timers_to_tensorboard": True,
+    "log_expert_load_to_tensorboard": True,
+}
+
+
 @pytest.fixture(scope="module")
-def deepseek3(tmp_path_factory: pytest.TempPathFactory, mcore_data: Path) -> tuple[Path, str]:
+def deepseek3_original(tmp_path_factory: pytest.TempPathFactory, mcore_data: Path) -> tuple[Path, str]:
+    """The tiny DeepSeek-V3 logging through MindFormers' `tensorboard:` section: the bundled config with its
+    monitors removed and the section added. MindFormers' writer writes ./tb/rank_0 under the folder."""
+    folder = tmp_path_factory.mktemp("deepseek3_original")
+    config = mcore_config("deepseek3", folder, mcore_data)
+    config["callbacks"] = [e for e in config["callbacks"] if e["type"] not in ("TensorBoardMonitor", "AlertMonitor")]
+    config["tensorboard"] = dict(MF_SECTION)
+    return folder, train_mcore(config, folder)
+
+
+@pytest.fixture(scope="module")
+def deepseek3(tmp_path_factory: pytest.TempPathFactory, deepseek3_original: tuple[Path, str]) -> tuple[Path, str]:
+    """The original config rewritten by `mftb migrate` and trained: the entry it wrote (log_dir ./tb, so the
+    runs go to ./tb under the folder) gets the bundled config's monitor options back (every step's loads, the
+    norms within the run), and the AlertMonitor with its default rules follows it."""
+    original, _ = deepseek3_original
     folder = tmp_path_factory.mktemp("deepseek3")
+    migrated = folder / "migrated.yaml"
+    result = subprocess.run(
+        [MFTB, "migrate", str(original / "config.yaml"), "-o", str(migrated)],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    config = yaml.safe_load(migrated.read_text())
+    assert "tensorboard" not in config
+    (entry,) = [entry for entry in config["callbacks"] if entry["type"] == "TensorBoardMonitor"]
+    assert entry == {"type": "TensorBoardMonitor", "log_dir": "./tb", "log_every": 1}
+    entry.update(experiment="deepseek3_tiny", moe_every=1, param_norm_every=16, optimizer_state_every=16)
+    entry.update(grad_hist_every=16)
+    config["output_dir"] = str(folder / "output")
+    config["callbacks"].append({"type": "AlertMonitor", "sinks": ["log", {"jsonl": str(folder / "alerts.jsonl")}]})
     tracking: list[str] = []
-    monitor: dict[str, object] = {}
     if TRACKS_ATTENTION_LOGITS:  # MindFormers' own switch; nothing resets it (no Muon, no MaxLogitsMonitor)
         tracking = ["--model.model_config.track_max_attention_logit", "True"]
-        monitor = {
-            "attention_logit_every": 4,
-            "extra_metrics": ["custom_metrics_helpers:mindformers_attention_logit_max"],
-        }
-    config = mcore_config("deepseek3", folder, mcore_data, **monitor)
-    mf_writer = ["--tensorboard.tensorboard_dir", str(folder / "mf_tb"), "--tensorboard.log_timers_to_tensorboard"]
-    mf_writer += ["True", "--tensorboard.log_expert_load_to_tensorboard", "True"]
-    output = train_mcore(config, folder, *mf_writer, *tracking)
-    return folder, output
+        entry.update(attention_logit_every=4, extra_metrics=["custom_metrics_helpers:mindformers_attention_logit_max"])
+    return folder, train_mcore(config, folder, *tracking)
 
 
 @pytest.mark.skipif(not TRACKS_ATTENTION_LOGITS, reason="this MindFormers' attention keeps no max logit")
@@ -174,11 +208,14 @@ def test_deepseek3_loss_parts_add_up_to_the_loss_at_every_step(deepseek3: tuple[
     assert all(value > 1.0 for value in parts["train/loss_mtp"].values())
 
 
-def test_deepseek3_max_violation_equals_mindformers_own_expert_load(deepseek3: tuple[Path, str]) -> None:
+def test_deepseek3_max_violation_equals_mindformers_own_expert_load(
+    deepseek3: tuple[Path, str], deepseek3_original: tuple[Path, str]
+) -> None:
+    """Against what MindFormers' own writer wrote in the original config's training."""
     folder, _ = deepseek3
     run_dir = run_dirs(folder / "tb")[0]
     scalars = read_scalars(run_dir)
-    mf_loads = mf_expert_loads(folder / "mf_tb")
+    mf_loads = mf_expert_loads(deepseek3_original[0] / "tb")
     ours = {"decoder.layers.1.mlp.router": "layers.1", "decoder.layers.2.mlp.router": "layers.2"}
     ours["mtp.layers.0.transformer_layer.mlp.router"] = "mtp.layers.0"
     assert sorted(mf_loads) == sorted(ours)
@@ -208,7 +245,9 @@ def mindformers_flops(output: str) -> int | None:
     return flops
 
 
-def test_deepseek3_model_flops_are_mindformers_own(deepseek3: tuple[Path, str]) -> None:
+def test_deepseek3_model_flops_are_mindformers_own(
+    deepseek3: tuple[Path, str], deepseek3_original: tuple[Path, str]
+) -> None:
     folder, output = deepseek3
     run_dir = run_dirs(folder / "tb")[0]
     mf_flops = mindformers_flops(output)
@@ -222,7 +261,7 @@ def test_deepseek3_model_flops_are_mindformers_own(deepseek3: tuple[Path, str]) 
     for step in range(2, STEPS + 1):  # TFLOPS x step time = FLOPs per step on the one device
         assert tflops[step] * 1e12 * step_ms[step] / 1e3 == pytest.approx(mf_flops, rel=1e-4)
     # MindFormers' model-flops-throughput-per-npu over its own step time (whole ms): the same FLOPs
-    mf_run = read_scalars(folder / "mf_tb" / "rank_0")
+    mf_run = read_scalars(deepseek3_original[0] / "tb" / "rank_0")
     mf_tflops, mf_ms = dict(mf_run["model-flops-throughput-per-npu"]), dict(mf_run["iteration-time"])
     for step in range(2, STEPS + 1):
         assert mf_tflops[step] * 1e12 * mf_ms[step] / 1e3 == pytest.approx(mf_flops, rel=0.03)
@@ -247,19 +286,77 @@ def test_a_healthy_deepseek3_run_raises_no_routing_alert_and_writes_no_incident(
 
 
 def test_mflossmonitor_prints_the_same_losses_without_the_monitor(
-    deepseek3: tuple[Path, str], tmp_path: Path, mcore_data: Path
+    deepseek3: tuple[Path, str], deepseek3_original: tuple[Path, str]
 ) -> None:
-    """The monitor reads the accumulators ahead of MindFormers' callbacks and changes nothing."""
-    _, with_monitor = deepseek3
-    config = mcore_config("deepseek3", tmp_path, mcore_data)
-    config["callbacks"] = [
-        entry for entry in config["callbacks"] if entry["type"] not in ("TensorBoardMonitor", "AlertMonitor")
-    ]
-    mf_writer = ["--tensorboard.tensorboard_dir", str(tmp_path / "mf_tb"), "--tensorboard.log_timers_to_tensorboard"]
-    without = train_mcore(config, tmp_path, *mf_writer, "True", "--tensorboard.log_expert_load_to_tensorboard", "True")
-    assert mf_losses(without) == mf_losses(with_monitor)
-    assert len(mf_losses(without)) == STEPS
-    assert mf_expert_loads(tmp_path / "mf_tb") == mf_expert_loads(deepseek3[0] / "mf_tb")
+    """The monitor reads the accumulators ahead of MindFormers' callbacks and changes nothing: the original
+    config's training (no monitor) printed the same losses, and its writer the same expert loads as the moe
+    records hold (test_deepseek3_max_violation_equals_mindformers_own_expert_load)."""
+    assert mf_losses(deepseek3_original[1]) == mf_losses(deepseek3[1])
+    assert len(mf_losses(deepseek3_original[1])) == STEPS
+
+
+# MindFormers' writer's scalars (MFLossMonitor's) -> what TensorBoardMonitor writes for them, as
+# docs/migration.md's table says. ``same``: the same value at every step; ``steps``: a value at the same
+# steps (timings, which differ between two trainings; the loss parts, which MindFormers' writer reads as 0
+# on a CPU: they are checked against MindFormers' accumulators in test_deepseek3_loss_parts_*).
+MIGRATED_SCALARS = {
+    "loss": ("train/loss", "same"),
+    "learning-rate": ("train/lr", "same"),
+    "grad-norm": ("train/grad_norm", "same"),
+    "loss-scale": ("train/loss_scale", "same"),
+    "iteration-time": ("perf/step_time_ms", "steps"),
+    "throughput": ("perf/samples_per_s", "steps"),
+    "B-samples-per-day": ("perf/samples_per_s", "steps"),
+    "model-flops-throughput-per-npu": ("perf/model_tflops_per_device", "steps"),
+    "lm-loss": ("train/loss_lm", "steps"),
+    "mtp-loss": ("train/loss_mtp", "steps"),
+    "load-balancing-loss": ("train/loss_aux", "steps"),
+}
+
+
+def test_the_migrated_config_writes_what_the_sections_writer_wrote(
+    deepseek3: tuple[Path, str], deepseek3_original: tuple[Path, str]
+) -> None:
+    """Every tag MindFormers' writer wrote in the original config's training, against the migrated config's
+    run, tag by tag as docs/migration.md maps them: the same values where the two trainings compute the same
+    (they are deterministic: the same printed losses), the same steps where they time or cannot read them,
+    the samples axes from the steps and the global batch, the expert loads as the moe records, the config
+    texts in run/config; and every MindFormers tag in the page's table."""
+    original, _ = deepseek3_original
+    theirs = read_scalars(original / "tb" / "rank_0")
+    run_dir = run_dirs(deepseek3[0] / "tb")[0]
+    ours = {tag: dict(points) for tag, points in read_scalars(run_dir).items()}
+    batch = hparams(run_dir)["global_batch_size"]
+    assert {value for _, value in theirs["batch-size"]} == {batch} == {4}
+    samples = {tag.removesuffix("_vs_samples") for tag in theirs if tag.endswith("_vs_samples")}
+    assert set(theirs) == set(MIGRATED_SCALARS) | {"batch-size"} | {f"{tag}_vs_samples" for tag in samples}
+    steps = list(range(1, STEPS + 1))
+    for tag, (our_tag, how) in MIGRATED_SCALARS.items():
+        assert [step for step, _ in theirs[tag]] == steps == sorted(ours[our_tag]), tag
+        if how == "same":
+            for step, value in theirs[tag]:
+                assert ours[our_tag][step] == pytest.approx(value, rel=1e-6, abs=1e-7), (tag, step)
+    for tag in samples:  # MindFormers' "<tag> vs samples": the tag's value at sample step x global batch
+        assert theirs[f"{tag}_vs_samples"] == [(step * batch, value) for step, value in theirs[tag]], tag
+    mf_loads = mf_expert_loads(original / "tb")  # expert_load/<router>: the moe records, every moe_every steps
+    layout, records = loads_records(run_dir)
+    for router, group in zip(sorted(mf_loads), layout.groups, strict=True):
+        assert router.replace(".transformer_layer", "").startswith(("decoder." + group, group)), (router, group)
+        for step, loads in mf_loads[router].items():
+            row = records[step][0, layout.groups.index(group)].astype(np.float64)
+            np.testing.assert_allclose(row, np.array(loads) / np.mean(loads), rtol=2e-3)
+    accumulator = EventAccumulator(str(original / "tb" / "rank_0"), size_guidance={TENSORS: 0})
+    accumulator.Reload()
+    keys = {tag.removesuffix("/text_summary") for tag in accumulator.Tags()[TENSORS]}
+    ours_text = EventAccumulator(str(run_dir), size_guidance={TENSORS: 0})
+    ours_text.Reload()
+    (config_text,) = ours_text.Tensors("run/config")
+    text = config_text.tensor_proto.string_val[0].decode()
+    assert "model" in keys and len(keys) > 20
+    assert all(re.search(rf"^{re.escape(key)}:", text, flags=re.M) for key in keys - {"tensorboard"}), keys
+    table = (REPO / "docs" / "migration.md").read_text().split("| MindFormers tag |")[1].split("\n\n")[0]
+    listed = set(re.findall(r"^\| `([^`]+)`", table, flags=re.M))
+    assert set(MIGRATED_SCALARS) | {"batch-size", "expert_load/<router>", "<tag>_vs_samples"} <= listed, listed
 
 
 def test_a_routing_collapse_is_named_by_layer_and_experts(tmp_path: Path, mcore_data: Path) -> None:
