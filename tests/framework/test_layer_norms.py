@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 from pathlib import Path
 
@@ -48,8 +49,31 @@ def _train(folder: Path, config: Path, **env: str) -> TrainingRun:
     return run
 
 
+def _group_of(name: str) -> str:
+    """The tiny LLaMA's and Qwen2.5's parameters by the part of the model their names say they are in."""
+    layer = re.match(r"model\.layers\.(\d+)\.", name)
+    if layer:
+        return f"layers.{layer.group(1)}"
+    parts = {"model.tok_embeddings.": "embedding", "model.norm_out.": "final_norm", "lm_head.": "head"}
+    (group,) = [group for prefix, group in parts.items() if name.startswith(prefix)]
+    return group
+
+
+def _by_group(values: dict[str, float]) -> dict[str, float]:
+    """Square roots of per-parameter sums of squares summed per group."""
+    sums = dict.fromkeys(GROUPS, 0.0)
+    for name, value in values.items():
+        sums[_group_of(name)] += value
+    return {group: math.sqrt(value) for group, value in sums.items()}
+
+
 @pytest.mark.parametrize("model", [pytest.param("llama", marks=pytest.mark.compat), "qwen2_5"])
-def test_group_norms_add_up_to_what_the_wrapper_returned(tmp_path: Path, tiny_data: Path, model: str) -> None:
+def test_group_norms_are_the_norms_of_the_parameters_named_for_the_group(
+    tmp_path: Path, tiny_data: Path, model: str
+) -> None:
+    """Each grad_norm/<group> against the wrapper's per-parameter squared gradient norms of that group's
+    parameters (named by the wrapper's weights, grouped here by their names), and each param_norm/<group>
+    against the group's parameters read at that step; totals against all of them."""
     monitor = {
         "type": "TensorBoardMonitor",
         "log_dir": str(tmp_path / "tb"),
@@ -62,29 +86,30 @@ def test_group_norms_add_up_to_what_the_wrapper_returned(tmp_path: Path, tiny_da
     recorded = tmp_path / "local_norms.jsonl"
     run = _train(tmp_path, config, MFTB_TEST_LOCAL_NORMS=str(recorded))
     assert "per-layer gradient norms of" in run.output
-    scalars = read_scalars(run.run_dir)
+    scalars = {tag: dict(points) for tag, points in read_scalars(run.run_dir).items()}
     logged = [2, 4, 6, 8, 10, 12]
-    returned = {r["step"]: r["squares"] for r in map(json.loads, recorded.read_text().splitlines())}
+    returned = {r["step"]: r for r in map(json.loads, recorded.read_text().splitlines())}
     assert sorted(returned) == logged
     for group in (*GROUPS, "total"):
-        assert [step for step, _ in scalars[f"grad_norm/{group}"]] == logged, group
+        assert sorted(scalars[f"grad_norm/{group}"]) == logged, group
     for step in logged:
-        groups = {group: dict(scalars[f"grad_norm/{group}"])[step] for group in GROUPS}
-        assert sum(v * v for v in groups.values()) == pytest.approx(sum(returned[step]), rel=1e-4)
-        assert dict(scalars["grad_norm/total"])[step] ** 2 == pytest.approx(sum(returned[step]), rel=1e-4)
+        squares = dict(zip(returned[step]["names"], returned[step]["squares"], strict=True))
+        for group, expected in _by_group(squares).items():
+            assert scalars[f"grad_norm/{group}"][step] == pytest.approx(expected, rel=1e-4), (group, step)
+        assert scalars["grad_norm/total"][step] == pytest.approx(math.sqrt(sum(squares.values())), rel=1e-4)
         # one rank: the clipped wrapper's global norm is the same (pre-clip) figure
-        assert dict(scalars["train/grad_norm"])[step] == pytest.approx(dict(scalars["grad_norm/total"])[step], rel=1e-4)
+        assert scalars["train/grad_norm"][step] == pytest.approx(scalars["grad_norm/total"][step], rel=1e-4)
     assert not any(
         tag.startswith("grad_norm/") for tag in scalars if tag.removeprefix("grad_norm/") not in (*GROUPS, "total")
     )
     for step in (4, 8, 12):
-        params = {group: dict(scalars[f"param_norm/{group}"])[step] for group in GROUPS}
-        assert math.sqrt(sum(v * v for v in params.values())) == pytest.approx(
-            dict(scalars["train/param_norm"])[step], rel=1e-4
-        )
+        params = returned[step]["params"]
+        for group, expected in _by_group(params).items():
+            assert scalars[f"param_norm/{group}"][step] == pytest.approx(expected, rel=1e-5), (group, step)
+        assert scalars["train/param_norm"][step] == pytest.approx(math.sqrt(sum(params.values())), rel=1e-5)
     histogram = _histograms(run.run_dir)["grad_norm/per_param_log10"]
     assert [event.step for event in histogram] == [4, 8, 12]
-    nonzero = [s for s in returned[4] if s > 0]
+    nonzero = [s for s in returned[4]["squares"] if s > 0]
     assert histogram[0].histogram_value.num == len(nonzero)
     assert histogram[0].histogram_value.max == pytest.approx(0.5 * math.log10(max(nonzero)), rel=1e-6)
 

@@ -1,7 +1,9 @@
 """Test-only hooks for per-layer gradient norms (loaded through PYTHONPATH / auto_register).
 
 ``record_local_norms`` (an extra_metrics function) appends what MindFormers' wrapper returned as
-its ``local_norm`` output at each logged step to the JSON-lines file MFTB_TEST_LOCAL_NORMS.
+its ``local_norm`` output at each logged step to the JSON-lines file MFTB_TEST_LOCAL_NORMS, with the
+names of the wrapper's ``weights`` (the parameters the optimizer updates, whose gradients it returns,
+in that order) and each one's sum of squares (float64) at that step's end.
 ``ExplodeLayer`` multiplies parameters by factors (``scales: {name: factor}``) just before step
 ``step``. Scaling one layer's ``wv`` by c and its ``wo`` by 1/c leaves the model's function unchanged
 and multiplies that ``wo``'s gradient by c: one layer's gradient explodes, nothing else moves.
@@ -10,6 +12,7 @@ and multiplies that ``wo``'s gradient by c: one layer's gradient explodes, nothi
 import json
 import os
 
+import numpy as np
 from mindspore import Tensor
 from mindspore.train import Callback
 
@@ -17,7 +20,15 @@ from mindspore.train import Callback
 def record_local_norms(cb_params):
     outputs = cb_params.net_outputs
     with open(os.environ["MFTB_TEST_LOCAL_NORMS"], "a", encoding="utf-8") as file:
-        record = {"step": int(cb_params.cur_step_num), "squares": outputs[5].asnumpy().tolist()}
+        record = {
+            "step": int(cb_params.cur_step_num),
+            "squares": outputs[5].asnumpy().tolist(),
+            "names": [param.name for param in cb_params.train_network.weights],
+            "params": {
+                param.name: float(np.sum(np.square(param.asnumpy().astype(np.float64))))
+                for param in cb_params.train_network.weights
+            },
+        }
         file.write(json.dumps(record) + "\n")
     return {}
 

@@ -144,7 +144,8 @@ def deepseek3_original(tmp_path_factory: pytest.TempPathFactory, mcore_data: Pat
 def deepseek3(tmp_path_factory: pytest.TempPathFactory, deepseek3_original: tuple[Path, str]) -> tuple[Path, str]:
     """The original config rewritten by `mftb migrate` and trained: the entry it wrote (log_dir ./tb, so the
     runs go to ./tb under the folder) gets the bundled config's monitor options back (every step's loads, the
-    norms within the run), and the AlertMonitor with its default rules follows it."""
+    norms within the run), and the AlertMonitor with its default rules follows it; RouterProbe records what
+    MindFormers' accumulators held at each step (router_loads.jsonl)."""
     original, _ = deepseek3_original
     folder = tmp_path_factory.mktemp("deepseek3")
     migrated = folder / "migrated.yaml"
@@ -164,6 +165,7 @@ def deepseek3(tmp_path_factory: pytest.TempPathFactory, deepseek3_original: tupl
     entry.update(grad_hist_every=16)
     config["output_dir"] = str(folder / "output")
     config["callbacks"].append({"type": "AlertMonitor", "sinks": ["log", {"jsonl": str(folder / "alerts.jsonl")}]})
+    config["callbacks"].append({"type": "RouterProbe", "auto_register": "router_hooks.RouterProbe"})
     tracking: list[str] = []
     if TRACKS_ATTENTION_LOGITS:  # MindFormers' own switch; nothing resets it (no Muon, no MaxLogitsMonitor)
         tracking = ["--model.model_config.track_max_attention_logit", "True"]
@@ -192,14 +194,27 @@ def test_deepseek3_attention_logit_max_is_mindformers_own(deepseek3: tuple[Path,
     assert "max attention logit of 4 layers x " in output and "the monitor zeroes it at each read step" in output
 
 
-def test_deepseek3_loss_parts_add_up_to_the_loss_at_every_step(deepseek3: tuple[Path, str]) -> None:
+def probed(folder: Path) -> dict[int, dict]:
+    """RouterProbe's records by step: what MindFormers' accumulators held before its callbacks zeroed them."""
+    records = [json.loads(line) for line in (folder / "router_loads.jsonl").read_text().splitlines()]
+    return {record["step"]: record for record in records}
+
+
+def test_deepseek3_loss_parts_are_mindformers_own_at_every_step(deepseek3: tuple[Path, str]) -> None:
+    """Each part against what MindFormers' parameter_register held for it at that step (RouterProbe, read
+    ahead of MindFormers' callbacks; the aux loss times its get_aux_loss_scale), and the parts' sum against
+    the loss MFLossMonitor printed."""
     folder, output = deepseek3
     scalars = read_scalars(run_dirs(folder / "tb")[0])
     loss = dict(scalars["train/loss"])
     assert sorted(loss) == list(range(1, STEPS + 1))
     assert "train/loss_indexer" not in scalars  # no sparse-attention indexer in this model
     parts = {tag: dict(scalars[tag]) for tag in PARTS[:3]}
+    theirs = probed(folder)
+    assert sorted(theirs) == sorted(loss)
     for step, total in loss.items():
+        for tag, name in zip(PARTS[:3], ("lm_loss", "mtp_loss", "aux_loss"), strict=True):
+            assert parts[tag][step] == pytest.approx(theirs[step]["parts"][name], rel=1e-6, abs=1e-9), (tag, step)
         assert sum(part[step] for part in parts.values()) == pytest.approx(total, abs=2e-6), step
     printed = mf_losses(output)
     assert all(abs(loss[step] - printed[step]) <= 1e-6 for step in loss)
@@ -231,7 +246,16 @@ def test_deepseek3_max_violation_equals_mindformers_own_expert_load(
             row = records[step][0, layout.groups.index(group)].astype(np.float64)
             np.testing.assert_allclose(row, np.array(loads) / np.mean(loads), rtol=2e-3)
     assert {dict(scalars["moe/dead_experts"])[step] for step in range(1, STEPS + 1)} == {0.0}
-    assert "moe/layers.1/bias_range" in scalars
+    # the expert bias each router held at the step's end, before TopkBiasBalanceCallback updated it
+    theirs = probed(folder)
+    for router, group in ours.items():
+        name = next(name for name in theirs[1]["bias"] if name.startswith(router))
+        bias_range = dict(scalars[f"moe/{group}/bias_range"])
+        assert sorted(bias_range) == list(range(1, STEPS + 1))
+        for step, record in theirs.items():
+            expected = max(record["bias"][name]) - min(record["bias"][name])
+            assert bias_range[step] == pytest.approx(expected, rel=1e-5, abs=1e-9), (group, step)
+    assert max(bias_range.values()) > 0  # the bias moved
 
 
 def mindformers_flops(output: str) -> int | None:
@@ -388,6 +412,9 @@ def test_qwen3_moe_parts_and_loads_from_its_aux_loss_routers(tmp_path: Path, mco
         assert loss[step] == pytest.approx(mf_losses(output)[step], abs=1e-6)
     probed = [json.loads(line) for line in (tmp_path / "router_loads.jsonl").read_text().splitlines()]
     assert [record["step"] for record in probed] == list(range(1, STEPS + 1))
+    for record in probed:  # each part as MindFormers' parameter_register held it (aux x its loss scale)
+        assert lm[record["step"]] == pytest.approx(record["parts"]["lm_loss"], rel=1e-6), record["step"]
+        assert aux[record["step"]] == pytest.approx(record["parts"]["aux_loss"], rel=1e-6), record["step"]
     layout, records = loads_records(run_dir)
     assert layout.groups == ("layers.0", "layers.1") and layout.channels == ("load",)
     assert layout.routers == ("aux_loss", "aux_loss")
