@@ -8,9 +8,11 @@ writer runs beside the monitor where its values are the reference (expert_load, 
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,12 +23,14 @@ from tensorboard.backend.event_processing.event_accumulator import TENSORS, Even
 from tensorboard.util import tensor_util
 
 from mindformers_tbplugin.pipeline.expert_records import ExpertLayout
+from mindformers_tbplugin.pipeline.rank_records import CHANNELS, RankLayout
 
 pytestmark = [pytest.mark.process, pytest.mark.compat]  # in every MindSpore/MindFormers environment too
 TRAIN_MCORE = REPO / "scripts" / "cpu" / "train_mcore.py"
 # MFLossMonitor's line; mcore MoE/MTP models print their loss parts between loss and per_step_time.
 MF_LINE = re.compile(r"step:\[\s*(\d+)/\s*\d+\], loss:\[([0-9.]+)/")
 MF_FLOPS = re.compile(r"Full model flops calculated: (\d+)")
+COLLECTIVES = re.compile(r"TensorBoardMonitor: (\d+) aggregation interval\(s\), \d+ collective\(s\) in all")
 PARTS = ("train/loss_lm", "train/loss_mtp", "train/loss_aux", "train/loss_indexer")
 STEPS = 16  # 64 samples, batch 4
 
@@ -48,7 +52,7 @@ TRACKS_ATTENTION_LOGITS = _tracks_attention_logits()
 @pytest.fixture(scope="session")
 def mcore_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("mcore_data") / "mcore_xy.mindrecord"
-    command = [MFTB, "make-data", "--output", str(path), "--num_samples", "256", "--vocab_size", "1000", "--labels"]
+    command = [MFTB, "make-data", "--output", str(path), "--num_samples", "1024", "--vocab_size", "1000", "--labels"]
     subprocess.run(command, check=True, env=subprocess_env(), capture_output=True)
     return path
 
@@ -464,13 +468,32 @@ def test_run_mindformer_trains_deepseek3_with_the_same_tags(tmp_path: Path, mcor
 
 
 # -- Qwen3-MoE on 2 data-parallel ranks under msrun ------------------------------------------------------
-def test_qwen3_moe_under_msrun_averages_parts_and_loads_over_the_ranks(tmp_path: Path, mcore_data: Path) -> None:
-    """Each rank routes its own batch: the main run holds the mean of the ranks' loss parts and of their
-    loads (rank_policy: all keeps each rank's own in its rank run, records included)."""
+# aggregate_every 2 with aggregate_seconds at its largest: after the first interval (steps 1-2) every rank
+# proposes the longest interval, 100 steps, whatever its speed: steps 3-102, then 103-106 (the end).
+JOB_STEPS, EVERY = 106, 2
+AGGREGATIONS = [2, 102, 106]
+
+
+@dataclass
+class MoeJob:
+    run_dir: Path
+    logs: list[str]  # each rank's worker log
+
+
+@pytest.fixture(scope="module")
+def moe_job(tmp_path_factory: pytest.TempPathFactory, mcore_data: Path) -> MoeJob:
+    """Qwen3-MoE, 2 data-parallel ranks under msrun, each routing its own batches, with per-layer gradient
+    norms, every step's expert loads, rank records and each rank's own values in its rank run, in
+    stretched aggregation intervals."""
     from mindformers_tbplugin.viewer.tensorboard_server import any_free_port
 
-    config = mcore_config("qwen3_moe", tmp_path, mcore_data, samples=32, aggregate_every=4, rank_policy="all")
-    del config["callbacks"][-2]["log_dir"]  # the launcher's folder: <output_dir>/tensorboard
+    tmp_path = tmp_path_factory.mktemp("moe_job")
+    monitor = {"aggregate_every": EVERY, "aggregate_seconds": 3600, "rank_policy": "all"}
+    # num_samples is each rank's (its shard's) here: 106 batches of 4
+    config = mcore_config("qwen3_moe", tmp_path, mcore_data, samples=4 * JOB_STEPS, **monitor)
+    (entry,) = [entry for entry in config["callbacks"] if entry["type"] == "TensorBoardMonitor"]
+    del entry["log_dir"]  # the launcher's folder: <output_dir>/tensorboard
+    assert config["runner_wrapper"]["local_norm"] is True and entry["moe_every"] == 1  # the bundled config's
     config.update(use_parallel=True)
     config["parallel_config"]["data_parallel"] = 2
     config["parallel"]["gradients_mean"] = True
@@ -483,20 +506,31 @@ def test_qwen3_moe_under_msrun_averages_parts_and_loads_over_the_ranks(tmp_path:
     logs = [(output / "msrun_log" / "0" / f"worker_{rank}.log").read_text(errors="replace") for rank in (0, 1)]
     assert result.returncode == 0, result.stderr[-3000:] + logs[0][-3000:]
     (run_dir,) = run_dirs(output / "tensorboard")
+    return MoeJob(run_dir, logs)
+
+
+def test_qwen3_moe_under_msrun_averages_parts_and_loads_over_the_ranks(moe_job: MoeJob) -> None:
+    """Each rank routes its own batch: the main run holds the mean of the ranks' loss parts and of their
+    loads at every step (rank_policy: all keeps each rank's own in its rank run, records included)."""
+    run_dir, logs = moe_job.run_dir, moe_job.logs
     main = read_scalars(run_dir)
     own = [read_scalars(run_dir / f"rank_{rank}") for rank in (0, 1)]
     printed = [mf_losses(log) for log in logs]
     loss, lm, aux = (dict(main[tag]) for tag in ("train/loss", "train/loss_lm", "train/loss_aux"))
-    assert sorted(loss) == list(range(1, 9))
+    highest = dict(main["train/loss_max"])
+    steps = list(range(1, JOB_STEPS + 1))
+    assert sorted(loss) == sorted(highest) == steps
     for step in loss:
-        assert loss[step] == pytest.approx((printed[0][step] + printed[1][step]) / 2, abs=1e-5)
+        pair = (printed[0][step], printed[1][step])
+        assert loss[step] == pytest.approx(sum(pair) / 2, abs=1e-5)
+        assert highest[step] == pytest.approx(max(pair), abs=1e-5)
         assert lm[step] + aux[step] == pytest.approx(loss[step], abs=2e-6)
         mean_lm = (dict(own[0]["train/loss_lm"])[step] + dict(own[1]["train/loss_lm"])[step]) / 2
         assert lm[step] == pytest.approx(mean_lm, abs=1e-5)
     assert dict(own[0]["train/loss_lm"]) != dict(own[1]["train/loss_lm"])  # the ranks' batches differ
     layout, records = loads_records(run_dir)
     rank_records = [loads_records(run_dir / f"rank_{rank}")[1] for rank in (0, 1)]
-    assert sorted(records) == sorted(rank_records[0]) == list(range(1, 9))
+    assert sorted(records) == sorted(rank_records[0]) == steps
     for step, record in records.items():
         mean = (rank_records[0][step].astype(np.float64) + rank_records[1][step].astype(np.float64)) / 2
         np.testing.assert_allclose(record.astype(np.float64), mean, rtol=2e-3)
@@ -504,3 +538,47 @@ def test_qwen3_moe_under_msrun_averages_parts_and_loads_over_the_ranks(tmp_path:
             expected = float(record[0, row].astype(np.float64).max()) - 1
             assert dict(main[f"moe/{group}/max_violation"])[step] == pytest.approx(expected, abs=2e-3)
     assert not np.array_equal(rank_records[0][8], rank_records[1][8])
+
+
+def rank_matrices(run_dir: Path) -> tuple[RankLayout, dict[int, np.ndarray]]:
+    """The ranks/matrix records of a run through TensorBoard's reader: {step: (world, channels)}."""
+    accumulator = EventAccumulator(str(run_dir), size_guidance={TENSORS: 0})
+    accumulator.Reload()
+    layout = RankLayout.from_content(accumulator.SummaryMetadata("ranks/matrix").plugin_data.content)
+    return layout, {e.step: tensor_util.make_ndarray(e.tensor_proto) for e in accumulator.Tensors("ranks/matrix")}
+
+
+def test_stretched_intervals_carry_every_steps_norms_and_each_ranks_record(moe_job: MoeJob) -> None:
+    """Three aggregations (steps 2, 102, 106) in the whole job, on both ranks: the per-layer gradient norms
+    of all 106 steps are each the root mean square of the ranks' own, and each interval's rank record holds
+    each rank's mean printed loss and mean step time over the interval's steps."""
+    run_dir, logs = moe_job.run_dir, moe_job.logs
+    for log in logs:
+        (intervals,) = COLLECTIVES.findall(log)
+        assert int(intervals) == len(AGGREGATIONS), log[-2000:]
+    main = read_scalars(run_dir)
+    own = [read_scalars(run_dir / f"rank_{rank}") for rank in (0, 1)]
+    steps = list(range(1, JOB_STEPS + 1))
+    groups = sorted(tag for tag in main if tag.startswith("grad_norm/") and tag != "grad_norm/total")
+    assert groups == ["grad_norm/embedding", "grad_norm/final_norm", "grad_norm/head"] + [
+        f"grad_norm/layers.{i}" for i in (0, 1)
+    ]
+    for tag in [*groups, "grad_norm/total"]:
+        written, first, second = dict(main[tag]), dict(own[0][tag]), dict(own[1][tag])
+        assert sorted(written) == sorted(first) == sorted(second) == steps, tag
+        for step in steps:
+            expected = math.sqrt((first[step] ** 2 + second[step] ** 2) / 2)
+            assert written[step] == pytest.approx(expected, rel=1e-4), (tag, step)
+    layout, records = rank_matrices(run_dir)
+    assert sorted(records) == AGGREGATIONS == [step for step, _ in main["ranks/step_time_ms_argmax"]]
+    assert (layout.world_size, layout.steps_per_interval, layout.intervals_per_record) == (2, EVERY, 1)
+    printed = [mf_losses(log) for log in logs]
+    times = [dict(own[rank]["perf/step_time_ms"]) for rank in (0, 1)]
+    loss, step_time = CHANNELS.index("loss"), CHANNELS.index("step_time_ms")
+    for first, last in zip([0, *AGGREGATIONS[:-1]], AGGREGATIONS, strict=True):
+        interval = range(first + 1, last + 1)
+        for rank in (0, 1):
+            mean_loss = sum(printed[rank][s] for s in interval) / len(interval)
+            assert float(records[last][rank, loss]) == pytest.approx(mean_loss, rel=2e-3), (last, rank)
+            mean_time = sum(times[rank][s] for s in interval) / len(interval)
+            assert float(records[last][rank, step_time]) == pytest.approx(mean_time, rel=2e-3), (last, rank)
