@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import yaml
 from conftest import HELPERS, MFTB, REPO, read_scalars, run_dirs, run_mindformer_script, subprocess_env
+from tb_helpers import plain_tensorboard, served_json, wait_for
 from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
 from tensorboard.util import tensor_util
 
@@ -313,6 +314,75 @@ def test_a_healthy_deepseek3_run_raises_no_routing_alert_and_writes_no_incident(
     assert printed.returncode == 2 and "no incident under" in printed.stderr  # the demo's config: no incident
 
 
+# The tiny DeepSeek-V3's routers, by MindFormers' name, as the moe records name their layers.
+DEEPSEEK3_ROUTERS = {
+    "layers.1": "decoder.layers.1.mlp.router",
+    "layers.2": "decoder.layers.2.mlp.router",
+    "mtp.layers.0": "mtp.layers.0.transformer_layer.mlp.router",
+}
+
+
+def test_the_moe_dashboard_serves_the_deepseek3_runs_loads(
+    deepseek3: tuple[Path, str], deepseek3_original: tuple[Path, str]
+) -> None:
+    """The moe plugin's routes in a real TensorBoard over the run: every step's layer x expert load against
+    the loads MindFormers' own writer wrote in the original config's training (over their mean), the bias
+    against the routers' own (RouterProbe), MaxVio, least load and dead experts against the scalars written
+    beside the records, the strip over all records, and the worst layers with their busiest experts."""
+    folder, _ = deepseek3
+    run_dir = run_dirs(folder / "tb")[0]
+    name = run_dir.name
+    scalars = {tag: dict(points) for tag, points in read_scalars(run_dir).items()}
+    mf_loads = mf_expert_loads(deepseek3_original[0] / "tb")
+    theirs = probed(folder)
+    steps = list(range(1, STEPS + 1))
+
+    def relative(group: str, step: int) -> np.ndarray:
+        loads = np.array(mf_loads[DEEPSEEK3_ROUTERS[group]][step])
+        return loads / loads.mean()
+
+    with plain_tensorboard(folder / "tb") as port:
+        (run,) = wait_for(lambda: served_json(port, "/data/plugin/moe/runs"))
+        groups = list(DEEPSEEK3_ROUTERS)
+        assert (run["run"], run["records"], run["first_step"], run["last_step"]) == (name, STEPS, 1, STEPS)
+        assert (run["groups"], run["experts"], run["top_k"]) == (groups, 4, 2)
+        assert run["routers"] == ["expert_bias"] * 3 and run["channels"] == ["load", "bias"]
+        for step in steps:
+            shown = served_json(port, f"/data/plugin/moe/record?run={name}&step={step}")
+            assert (shown["step"], shown["index"]) == (step, step - 1)
+            for row, group in enumerate(groups):
+                np.testing.assert_allclose(shown["load"][row], relative(group, step), atol=2e-3)
+                tags = {key: scalars[f"moe/{group}/{key}"][step] for key in ("max_violation", "min_load")}
+                assert shown["max_violation"][row] == pytest.approx(tags["max_violation"], abs=2e-3), (group, step)
+                assert shown["min_load"][row] == pytest.approx(tags["min_load"], abs=2e-3), (group, step)
+                assert shown["dead"][row] == scalars[f"moe/{group}/dead_experts"][step] == 0
+                bias = np.array(
+                    next(b for r, b in theirs[step]["bias"].items() if r.startswith(DEEPSEEK3_ROUTERS[group]))
+                )
+                # 3 significant digits of the largest, stored as float16 (spacing 6e-8 below its normal range)
+                np.testing.assert_allclose(shown["bias"][row], bias, atol=max(1e-2 * np.abs(bias).max(), 6e-8))
+        strip = served_json(port, f"/data/plugin/moe/strip?run={name}&max_steps={STEPS}")
+        assert (strip["rows"], strip["columns"], strip["step_block"]) == (3, STEPS, 1)
+        assert strip["record_steps"] == steps
+        for row, group in enumerate(groups):
+            expected = [scalars[f"moe/{group}/max_violation"][step] for step in steps]
+            np.testing.assert_allclose(strip["max_violation"][row], expected, atol=2e-3)
+            assert strip["dead"][row] == [0] * STEPS
+        worst = served_json(port, f"/data/plugin/moe/worst?run={name}&step={STEPS}")
+        violation = {group: scalars[f"moe/{group}/max_violation"][STEPS] for group in groups}
+        assert [entry["layer"] for entry in worst["at_step"]] == sorted(groups, key=lambda g: -violation[g])
+        for entry in worst["at_step"]:
+            loads = relative(entry["layer"], STEPS)
+            busiest = [int(e) for e in np.argsort(-loads, kind="stable")[:3]]
+            assert [b["expert"] for b in entry["busiest"]] == busiest, (entry, loads)
+            assert [b["load"] for b in entry["busiest"]] == pytest.approx(loads[busiest].tolist(), abs=2e-3)
+        means = {group: np.mean([scalars[f"moe/{group}/max_violation"][step] for step in steps]) for group in groups}
+        over_run = {entry["layer"]: entry for entry in worst["over_run"]}
+        for group in groups:
+            assert over_run[group]["mean_max_violation"] == pytest.approx(means[group], abs=2e-3)
+            assert over_run[group]["records_with_dead"] == 0
+
+
 def test_mflossmonitor_prints_the_same_losses_without_the_monitor(
     deepseek3: tuple[Path, str], deepseek3_original: tuple[Path, str]
 ) -> None:
@@ -582,3 +652,52 @@ def test_stretched_intervals_carry_every_steps_norms_and_each_ranks_record(moe_j
             assert float(records[last][rank, loss]) == pytest.approx(mean_loss, rel=2e-3), (last, rank)
             mean_time = sum(times[rank][s] for s in interval) / len(interval)
             assert float(records[last][rank, step_time]) == pytest.approx(mean_time, rel=2e-3), (last, rank)
+
+
+def test_the_ranks_dashboard_serves_the_jobs_records(moe_job: MoeJob) -> None:
+    """The ranks plugin's routes in a real TensorBoard over the 2-rank job: the heatmap of each channel
+    against the ranks/matrix records the job wrote (step time over each record's median), each rank's
+    series and worker log, and the stragglers tallied from the records."""
+    from mindformers_tbplugin.pipeline.slow_nodes import SLOW_FACTOR
+
+    run_dir = moe_job.run_dir
+    name = run_dir.name
+    _, records = rank_matrices(run_dir)
+    values = np.stack([records[step].astype(np.float32) for step in AGGREGATIONS])  # (records, ranks, channels)
+    step_time = values[:, :, CHANNELS.index("step_time_ms")]
+    relative = step_time / np.median(step_time, axis=1, keepdims=True)
+    held = [CHANNELS.index(channel) for channel in ("step_time_ms", "host_rss_gb", "loss")]
+    assert np.isfinite(values[:, :, held]).all() and np.isnan(np.delete(values, held, axis=2)).all()  # no device
+    with plain_tensorboard(run_dir.parent) as port:
+        (run,) = wait_for(lambda: served_json(port, "/data/plugin/ranks/runs"))
+        assert run == {
+            "run": name,
+            "world_size": 2,
+            "records": len(AGGREGATIONS),
+            "channels": list(CHANNELS),
+            "nodes": 1,
+            "first_step": AGGREGATIONS[0],
+            "last_step": AGGREGATIONS[-1],
+            "steps_per_interval": EVERY,
+            "intervals_per_record": 1,
+        }
+        for index, channel in enumerate(CHANNELS):
+            grid = served_json(port, f"/data/plugin/ranks/matrix?run={name}&channel={channel}")
+            assert (grid["rows"], grid["columns"], grid["steps"]) == (2, len(AGGREGATIONS), AGGREGATIONS)
+            expected = relative if channel == "step_time_ms" else values[:, :, index]
+            np.testing.assert_allclose(np.array(grid["values"], dtype=float), expected.T, atol=1e-3, rtol=1e-3)
+        for rank in (0, 1):
+            series = served_json(port, f"/data/plugin/ranks/rank?run={name}&rank={rank}")
+            assert series["steps"] == AGGREGATIONS
+            assert series["worker_log"] == str(run_dir.parent.parent / "msrun_log" / "0" / f"worker_{rank}.log")
+            assert "per_step_time" in Path(series["worker_log"]).read_text(errors="replace")
+            for index, channel in enumerate(CHANNELS):
+                shown = np.array(series["channels"][channel], dtype=float)  # null: no value (device memory on a CPU)
+                np.testing.assert_allclose(shown, values[:, rank, index], rtol=1e-3, atol=1e-3)
+        slow = served_json(port, f"/data/plugin/ranks/stragglers?run={name}")
+        slowest = np.bincount(relative.argmax(axis=1), minlength=2)
+        above = (relative > SLOW_FACTOR).sum(axis=0)
+        listed = {entry["rank"]: entry for entry in slow["ranks"]}
+        assert sorted(listed) == [rank for rank in (0, 1) if slowest[rank] or above[rank]]
+        for rank, entry in listed.items():
+            assert (entry["slowest"], entry["slow"]) == (slowest[rank], above[rank]), (entry, relative)
