@@ -601,7 +601,7 @@ def test_the_docs_name_every_tag_the_builtin_writer_wrote() -> None:
     readme = documentation()
     section = readme[readme.index("## Coming from MindFormers' `tensorboard:` section") :]
     rows = {row.split(" | ")[0].strip("| ") for row in section[: section.index("\n\n`train/loss_lm`")].splitlines()}
-    twins = next(row for row in rows if row.startswith("`<tag> vs samples` of "))
+    twins = next(row for row in rows if row.startswith("`<tag>_vs_samples` (MindFormers names them `<tag> vs samples`"))
     assert {"loss", "lm-loss", "load-balancing-loss", "expert_load/<router>", "loss-scale vs samples"} <= tags
     assert any(row.startswith("a text per top-level config key") for row in rows)  # utils/tensorboard.py's add_text
     for tag in tags:
