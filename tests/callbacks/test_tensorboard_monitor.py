@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -93,7 +92,6 @@ def test_mftb_train_reports_a_bad_monitor_config_before_compiling(tmp_path: Path
     config = write_tiny_config(
         tmp_path, tiny_data, [{"type": "TensorBoardMonitor", "log_dir": str(tmp_path / "tb"), "log_every": 0}]
     )
-    started = time.monotonic()
     result = subprocess.run(
         [MFTB, "train", "--config", str(config)], cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True
     )
@@ -102,7 +100,6 @@ def test_mftb_train_reports_a_bad_monitor_config_before_compiling(tmp_path: Path
     assert re.search(r"callbacks\[0\]\.log_every \(line \d+\): expected integer >= 1, got 0", result.stderr)
     assert "Traceback" not in result.stderr
     assert "Model Compiling" not in result.stdout + result.stderr
-    assert time.monotonic() - started < 60
 
 
 def test_mftb_train_missing_config_is_a_clean_error(tmp_path: Path) -> None:

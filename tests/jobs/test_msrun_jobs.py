@@ -228,17 +228,26 @@ def test_job_throughput_is_the_sum_of_the_data_parallel_ranks(dp2_job: Job) -> N
         assert abs(tokens - 32 * samples) <= 1e-5 * tokens, step  # seq_length 32
 
 
-def test_cross_rank_max_step_time_names_the_slowed_rank(dp2_job: Job) -> None:
-    main = read_scalars(dp2_job.run_dir)
-    # Aggregations at steps 4, 8, 12; the first interval is dominated by graph compilation.
-    assert [s for s, _ in main["ranks/step_time_ms_argmax"]] == [4, 8, 12]
-    assert [v for s, v in main["ranks/step_time_ms_argmax"] if s > 4] == [1.0, 1.0]
-    slow = dict(main["ranks/step_time_ms_max"])
-    fast = dict(main["ranks/step_time_ms_min"])
-    # The fast rank waits for the slow one in the gradient all-reduce, so both step times grow; the
-    # slowed rank's is still the larger one, which is what names the straggler.
-    assert slow[8] > fast[8] and slow[12] > fast[12]
-    assert min(slow[8], slow[12]) > 150  # the 150 ms sleep is visible
+def _interval_means(run_dir: Path, tag: str, steps: list[int], every: int) -> list[list[float]]:
+    """Each rank's mean of ``tag`` over the interval ending at each of ``steps``, from its own rank run."""
+    own = [dict(read_scalars(run_dir / f"rank_{rank}")[tag]) for rank in (0, 1)]
+    return [[sum(series[s] for s in range(step - every + 1, step + 1)) / every for series in own] for step in steps]
+
+
+def test_cross_rank_step_time_summary_is_the_ranks_own_interval_means(dp2_job: Job) -> None:
+    """ranks/step_time_ms_{max,min,mean,argmax} at each aggregation against each rank's own step times over
+    the interval, as its rank run holds them."""
+    main = {tag: dict(points) for tag, points in read_scalars(dp2_job.run_dir).items()}
+    steps = [4, 8, 12]
+    for name in ("max", "min", "mean", "argmax"):
+        assert sorted(main[f"ranks/step_time_ms_{name}"]) == steps, name
+    for step, means in zip(steps, _interval_means(dp2_job.run_dir, "perf/step_time_ms", steps, 4), strict=True):
+        assert main["ranks/step_time_ms_max"][step] == pytest.approx(max(means), rel=1e-5), (step, means)
+        assert main["ranks/step_time_ms_min"][step] == pytest.approx(min(means), rel=1e-5), (step, means)
+        assert main["ranks/step_time_ms_mean"][step] == pytest.approx(sum(means) / 2, rel=1e-5), (step, means)
+        assert main["ranks/step_time_ms_argmax"][step] == means.index(max(means)), (step, means)
+        # rank 1 sleeps 150 ms in each step before the monitor's step end: every one of its steps holds it
+        assert means[1] > 150, (step, means)
     assert "ranks/slowest_1_rank" not in main  # per-rank runs are on at this size
 
 
@@ -455,15 +464,30 @@ def test_a_log_dir_written_in_the_yaml_wins_over_the_launchers_folder(tmp_path: 
 
 
 def test_without_per_rank_runs_the_main_run_names_the_slowest_ranks(tmp_path: Path, tiny_data: Path) -> None:
+    """ranks/slowest_<n>_rank and _step_time_ms at each aggregation against the ranks' step times of the
+    interval in the ranks/matrix record written at the same step."""
     job = _small_job(tmp_path, tiny_data, per_rank_limit=1, topk_ranks=2)  # world size 2 > limit: "auto" is off
     assert not [p for p in job.run_dir.iterdir() if p.is_dir()]
-    main = read_scalars(job.run_dir)
-    # Steps 1-4 include graph compilation, whose time differs between ranks by more than the sleep on a
-    # loaded machine: the steady interval (5-8) names the slow rank.
-    assert [s for s, _ in main["ranks/slowest_1_rank"]] == [4, 8]
-    assert main["ranks/slowest_1_rank"][-1] == (8, 1.0)
-    assert main["ranks/slowest_2_rank"][-1] == (8, 0.0)
-    assert all(value > 150 for _, value in main["ranks/slowest_1_step_time_ms"])  # the 150 ms sleep
+    main = {tag: dict(points) for tag, points in read_scalars(job.run_dir).items()}
+    records = _rank_records(job.run_dir)
+    assert sorted(main["ranks/slowest_1_rank"]) == sorted(records) == [4, 8]
+    for step, record in records.items():
+        times = record[:, 0].astype(np.float64)
+        order = [int(rank) for rank in np.argsort(-times)]
+        assert [main[f"ranks/slowest_{place}_rank"][step] for place in (1, 2)] == order, (step, times)
+        for place, rank in enumerate(order, start=1):
+            assert main[f"ranks/slowest_{place}_step_time_ms"][step] == pytest.approx(times[rank], rel=1e-3)
+        assert times[1] > 150  # rank 1's 150 ms sleep is in each of its steps
+
+
+def _rank_records(run_dir: Path) -> dict[int, np.ndarray]:
+    """The ranks/matrix records of a run through TensorBoard's reader: {step: (world, channels)}."""
+    from tensorboard.backend.event_processing.event_accumulator import TENSORS
+    from tensorboard.util import tensor_util
+
+    accumulator = EventAccumulator(str(run_dir), size_guidance={TENSORS: 0})
+    accumulator.Reload()
+    return {event.step: tensor_util.make_ndarray(event.tensor_proto) for event in accumulator.Tensors("ranks/matrix")}
 
 
 def test_rank_policy_all_gives_every_rank_its_own_values(tmp_path: Path, tiny_data: Path) -> None:
@@ -610,10 +634,12 @@ def test_the_writer_records_every_ranks_step_time_and_memory_for_the_ranks_plugi
     assert [step for step, _ in records] == [4, 8]
     for step, record in records:
         assert record.shape == (2, len(CHANNELS)), step
-        assert record[1, 0] > 150 and (record[:, 1] > 0).all(), (step, record)  # step time and host RSS
-    # rank 1's 150 ms sleep per step; rank 0 waits for it in the next all-reduce, so the margin per
-    # interval is tens of ms: compared over the run
-    assert sum(record[1, 0] for _, record in records) > sum(record[0, 0] for _, record in records), records
+        assert record[1, 0] > 150, (step, record)  # rank 1's 150 ms sleep is in each of its steps
+    # Each rank's mean step time and host memory over the interval, as its own rank run holds them.
+    steps = [step for step, _ in records]
+    for index, tag in enumerate(("perf/step_time_ms", "system/host_rss_gb")):
+        for (step, record), means in zip(records, _interval_means(job.run_dir, tag, steps, 4), strict=True):
+            np.testing.assert_allclose(record[:, index].astype(np.float64), means, rtol=2e-3, err_msg=f"{tag} {step}")
     # Each rank's mean loss over the interval, as its worker log printed it.
     printed = [mf_losses(job.worker_log(0, rank)) for rank in (0, 1)]
     loss = CHANNELS.index("loss")
@@ -734,7 +760,13 @@ def test_a_bad_batch_on_one_rank_is_named_by_its_incident(planted_job: Planted) 
     assert samples == {BAD_RANK: planted, 1 - BAD_RANK: other}, (samples, planted, other)
     for rank in (0, 1):  # the rows the network was given at that step, from the batch itself
         assert _reads(tmp_path / f"reads_rank_{rank}.jsonl")[2][BAD_STEP] == samples[rank], rank
-    assert incident["layers"] and incident["layers"][0]["group"], incident["layers"]
+    # the three gradient groups that stood out most against their recent median, with the norms written
+    main = {tag: dict(points) for tag, points in read_scalars(job.run_dir).items()}
+    layers = incident["layers"]
+    assert len(layers) == 3 and all(entry["times_median"] is not None for entry in layers), layers
+    assert [entry["times_median"] for entry in layers] == sorted((e["times_median"] for e in layers), reverse=True)
+    for entry in layers:
+        assert entry["grad_norm"] == pytest.approx(main[f"grad_norm/{entry['group']}"][BAD_STEP], rel=1e-5), entry
     folder = job.output / "checkpoint"
     assert incident["checkpoint"] == {"step": 8, "path": str(folder / "rank_0" / "tiny_rank_0-1_8.ckpt")}
     assert incident["resume"] == [

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -78,9 +78,18 @@ def test_training_that_raises_still_closes_the_run(tmp_path: Path) -> None:
 
 
 def test_keep_last_runs_removes_older_runs_at_train_begin(tmp_path: Path) -> None:
+    """Three trainings of one experiment with keep_last_runs 2: the last two runs stay, whole; the first is
+    deleted at the third one's begin, which says so. (Two starts in one second get distinct folders.)"""
+    written, outputs = [], []
     for _ in range(3):
         result = _train(tmp_path / "work", tmp_path / "elsewhere", "ok", keep_last_runs=2, resume=False)
         assert result.returncode == 0, result.stderr[-3000:]
-        time.sleep(1.1)  # distinct run folder timestamps
-    runs = run_dirs(tmp_path / "work" / "relative" / "tb")
-    assert len(runs) == 2
+        outputs.append(result.stdout + result.stderr)
+        (run,) = re.findall(r"TensorBoardMonitor: writing (\S+)\. View it", outputs[-1])
+        written.append(Path(run))
+    assert len(set(written)) == 3
+    assert run_dirs(tmp_path / "work" / "relative" / "tb") == sorted(written[1:])
+    for run_dir in written[1:]:
+        assert [s for s, _ in read_scalars(run_dir)["train/loss"]] == list(range(1, 17))
+    assert "keep_last_runs=2:" not in outputs[0] + outputs[1]
+    assert f"TensorBoardMonitor: keep_last_runs=2: {written[0]} deleted" in outputs[2]

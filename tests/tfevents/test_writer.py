@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from conftest import plugin_log, read_scalars
+from tb_helpers import wait_for
 from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
@@ -52,10 +52,11 @@ def test_flushes_within_flush_secs_without_closing(tmp_path: Path) -> None:
     slow, fast = RunWriter(tmp_path / "slow", flush_secs=3600), RunWriter(tmp_path / "fast", flush_secs=0.5)
     for writer in (slow, fast):
         writer.add_scalars(1, {"train/loss": 1.0})
-    time.sleep(1.5)
     try:
-        assert read_scalars(tmp_path / "fast").get("train/loss") == [(1, 1.0)]
-        assert "train/loss" not in read_scalars(tmp_path / "slow")  # still in the OS-less buffer
+        fast_dir = tmp_path / "fast"  # created with its file at the first flush
+        assert wait_for(lambda: fast_dir.is_dir() and read_scalars(fast_dir).get("train/loss") == [(1, 1.0)])
+        slow_dir = tmp_path / "slow"  # still in the OS-less buffer
+        assert not slow_dir.is_dir() or "train/loss" not in read_scalars(slow_dir)
     finally:
         slow.close()
         fast.close()

@@ -290,7 +290,7 @@ def test_torn_and_corrupt_files_are_found_with_the_byte_to_cut_at(tmp_path: Path
 def test_a_file_held_open_by_a_running_writer_is_reported_with_its_process(tmp_path: Path) -> None:
     logdir = tmp_path / "tb"
     child = subprocess.Popen(
-        [sys.executable, str(HELPERS / "doctor_writer.py"), str(logdir / "live"), "1", "5", "0", "hold"],
+        [sys.executable, str(HELPERS / "doctor_writer.py"), str(logdir / "live"), "1", "5", "hold"],
         env=subprocess_env(),
         stdout=subprocess.PIPE,
         text=True,
@@ -313,7 +313,8 @@ def test_two_processes_writing_one_run_folder(tmp_path: Path) -> None:
     run_dir = tmp_path / "tb" / "shared_run"
     children = [
         subprocess.Popen(
-            [sys.executable, str(HELPERS / "doctor_writer.py"), str(run_dir), "1", "30", "0.1", "close"],
+            # each writes step 1, waits until both files exist, then the rest: written at the same time
+            [sys.executable, str(HELPERS / "doctor_writer.py"), str(run_dir), "1", "30", "close", "2"],
             env=subprocess_env(),
         )
         for _ in range(2)

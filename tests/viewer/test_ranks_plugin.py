@@ -3,7 +3,6 @@ through werkzeug, then a real TensorBoard serving the dashboard once records exi
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -85,6 +84,3 @@ def test_a_real_tensorboard_serves_the_dashboard_once_records_exist(tmp_path: Pa
         assert rank["worker_log"] == "/jobs/out/msrun_log/0/worker_6.log" and len(rank["steps"]) == 20
         assert served_json(port, "/data/plugin/ranks/matrix?run=nope") is None  # 404
         assert_serves_its_module(port, "ranks")
-        started = time.monotonic()
-        assert served_json(port, "/data/plugin/ranks/matrix?run=job") is not None
-        assert time.monotonic() - started < 5
