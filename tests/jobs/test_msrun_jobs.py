@@ -453,16 +453,6 @@ def test_without_log_dir_the_runs_go_beside_the_rank_logs_and_the_launcher_says_
     assert said[-1] == f"msrun_launch: done; TensorBoard runs in {folder}"
 
 
-def test_a_log_dir_written_in_the_yaml_wins_over_the_launchers_folder(tmp_path: Path, tiny_data: Path) -> None:
-    chosen = tmp_path / "shared" / "tb"
-    job = _small_job(tmp_path, tiny_data, steps=4, log_dir=str(chosen))
-    (run,) = run_dirs(chosen)
-    assert [step for step, _ in read_scalars(run)["train/loss"]] == [1, 2, 3, 4]
-    assert not (job.output / "tensorboard").exists()
-    assert f"TensorBoard runs in {chosen}" in job.stdout
-    assert f"msrun_launch: done; TensorBoard runs in {chosen}" in job.stdout
-
-
 def test_without_per_rank_runs_the_main_run_names_the_slowest_ranks(tmp_path: Path, tiny_data: Path) -> None:
     """ranks/slowest_<n>_rank and _step_time_ms at each aggregation against the ranks' step times of the
     interval in the ranks/matrix record written at the same step."""
@@ -490,10 +480,17 @@ def _rank_records(run_dir: Path) -> dict[int, np.ndarray]:
     return {event.step: tensor_util.make_ndarray(event.tensor_proto) for event in accumulator.Tensors("ranks/matrix")}
 
 
-def test_rank_policy_all_gives_every_rank_its_own_values(tmp_path: Path, tiny_data: Path) -> None:
-    job = _small_job(tmp_path, tiny_data, rank_policy="all", per_rank_system=False)
+def test_rank_policy_all_gives_every_rank_its_own_values_in_the_yamls_log_dir(tmp_path: Path, tiny_data: Path) -> None:
+    """Every rank's own values in its rank run; and a log_dir written in the YAML wins over the launcher's
+    folder (<output_dir>/tensorboard), which the launcher says."""
+    chosen = tmp_path / "shared" / "tb"
+    job = _small_job(tmp_path, tiny_data, rank_policy="all", per_rank_system=False, log_dir=str(chosen))
+    (run_dir,) = run_dirs(chosen)
+    assert not (job.output / "tensorboard").exists()
+    assert f"TensorBoard runs in {chosen}" in job.stdout
+    assert f"msrun_launch: done; TensorBoard runs in {chosen}" in job.stdout
     for rank in (0, 1):
-        own = read_scalars(job.run_dir / f"rank_{rank}")
+        own = read_scalars(run_dir / f"rank_{rank}")
         printed = mf_losses(job.worker_log(0, rank))
         # This rank's own loss at every step, unaveraged, with the model and system tags.
         losses = dict(own["train/loss"])
@@ -501,7 +498,9 @@ def test_rank_policy_all_gives_every_rank_its_own_values(tmp_path: Path, tiny_da
         assert all(abs(value - printed[step][0]) <= 1e-5 for step, value in losses.items()), (losses, printed)
         assert {"train/lr", "perf/step_time_ms", "custom/d0"} <= set(own)
         assert {v for _, v in own["custom/d0"]} == {float(rank)}
-    assert {v for _, v in read_scalars(job.run_dir)["custom/d0"]} == {0.5}  # the main run still averages
+    main = read_scalars(run_dir)
+    assert [step for step, _ in main["train/loss"]] == list(range(1, 9))
+    assert {v for _, v in main["custom/d0"]} == {0.5}  # the main run still averages
 
 
 # Layer 1's attention output projection gets 100x its gradient, the model's function unchanged
