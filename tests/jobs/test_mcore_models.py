@@ -369,9 +369,13 @@ def test_the_moe_dashboard_serves_the_deepseek3_runs_loads(
             np.testing.assert_allclose(strip["max_violation"][row], expected, atol=2e-3)
             assert strip["dead"][row] == [0] * STEPS
         worst = served_json(port, f"/data/plugin/moe/worst?run={name}&step={STEPS}")
-        violation = {group: scalars[f"moe/{group}/max_violation"][STEPS] for group in groups}
-        assert [entry["layer"] for entry in worst["at_step"]] == sorted(groups, key=lambda g: -violation[g])
+        # every layer, worst balanced first (no dead experts here: by MaxVio, as the record holds it)
+        assert sorted(entry["layer"] for entry in worst["at_step"]) == sorted(groups)
+        shown = [entry["max_violation"] for entry in worst["at_step"]]
+        assert shown == sorted(shown, reverse=True), worst["at_step"]
         for entry in worst["at_step"]:
+            expected = scalars[f"moe/{entry['layer']}/max_violation"][STEPS]
+            assert entry["max_violation"] == pytest.approx(expected, abs=2e-3) and entry["dead_count"] == 0
             loads = relative(entry["layer"], STEPS)
             busiest = [int(e) for e in np.argsort(-loads, kind="stable")[:3]]
             assert [b["expert"] for b in entry["busiest"]] == busiest, (entry, loads)
@@ -433,7 +437,7 @@ def test_the_migrated_config_writes_what_the_sections_writer_wrote(
         assert [step for step, _ in theirs[tag]] == steps == sorted(ours[our_tag]), tag
         if how == "same":
             for step, value in theirs[tag]:
-                assert ours[our_tag][step] == pytest.approx(value, rel=1e-6, abs=1e-7), (tag, step)
+                assert ours[our_tag][step] == pytest.approx(value, rel=1e-5, abs=1e-7), (tag, step)
     for tag in samples:  # MindFormers' "<tag> vs samples": the tag's value at sample step x global batch
         assert theirs[f"{tag}_vs_samples"] == [(step * batch, value) for step, value in theirs[tag]], tag
     mf_loads = mf_expert_loads(original / "tb")  # expert_load/<router>: the moe records, every moe_every steps
