@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mindformers_tbplugin.framework.running_config import get_path
+from mindformers_tbplugin.framework.running_config import data_skip_steps, get_path
 from mindformers_tbplugin.framework.trainers import CLASSIC
 
 _MINDRECORD = re.compile(r"mindrecord\d*$")
@@ -112,9 +112,7 @@ def data_order(config: Mapping[str, Any] | None, world_size: int, first_step: in
     if not files:
         return DataOrder("no MindRecord file found at data_loader.dataset_dir / dataset_files")
     num_shards, shards = _shards(config, world_size)
-    skipped = 0
-    if not config.get("ignore_data_skip") and (config.get("resume_training") or config.get("data_skip_steps")):
-        skipped = int(config.get("data_skip_steps") or first_step)
+    skipped = data_skip_steps(config, first_step)
     return DataOrder(
         files=files,
         batch_size=int(dataset.get("batch_size") or get_path(config, "runner_config.batch_size") or 1),

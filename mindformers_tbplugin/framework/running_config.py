@@ -97,3 +97,15 @@ def get_path(config: Mapping[str, Any], dotted: str) -> Any:
         if node is None:
             return None
     return node
+
+
+def data_skip_steps(config: Mapping[str, Any] | None, initial_step: int) -> int:
+    """The batches MindFormers' classic trainer skips at the start of the data (``base_trainer``: on a resume,
+    or with ``data_skip_steps``, it sets the dataset's initial step to ``data_skip_steps``, else to the
+    restored step; nothing with ``ignore_data_skip``)."""
+    if not config or config.get("ignore_data_skip"):
+        return 0
+    resuming = config.get("resume_training") or get_path(config, "checkpoint.no_load_optim") is False
+    if not (config.get("data_skip_steps") or resuming):
+        return 0
+    return int(config.get("data_skip_steps") or initial_step)

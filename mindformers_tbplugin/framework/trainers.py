@@ -193,7 +193,11 @@ def _classic_start(run_context: Any) -> TrainStart:
     steps_per_epoch, epochs = cb_params.get("batch_num"), cb_params.get("epoch_num")
     final_step = None
     if isinstance(steps_per_epoch, int) and isinstance(epochs, int):  # counted from cur_step_num's zero
-        final_step = facts.initial_global_step - int(cb_params.get("cur_step_num") or 0) + steps_per_epoch * epochs
+        begun = int(cb_params.get("cur_step_num") or 0)  # the whole epochs a resume starts after
+        final_step = facts.initial_global_step - begun + steps_per_epoch * epochs
+        # a resume's first epoch starts where the data skip puts it, and is that much shorter
+        skipped = running_config.data_skip_steps(config.config if config else None, facts.initial_global_step)
+        final_step -= max(skipped - begun, 0)
     return TrainStart(
         trainer=CLASSIC,
         facts=facts,

@@ -113,3 +113,22 @@ def test_the_config_of_the_task_trainer_on_the_call_stack() -> None:
     trainer.global_batch_size = 0  # not computed yet: not a batch size
     assert training_process(trainer) == RunningConfig(config, None)
     assert find_running_config() is None  # no trainer on the stack, no MindFormers context built
+
+
+@pytest.mark.parametrize(
+    ("config", "skipped"),
+    [
+        ({}, 0),  # a fresh training
+        ({"resume_training": True}, 8),  # the restored step
+        ({"resume_training": True, "data_skip_steps": 12}, 12),
+        ({"data_skip_steps": 12}, 12),
+        ({"checkpoint": {"no_load_optim": False}}, 8),  # loading the optimizer state resumes too
+        ({"checkpoint": {"no_load_optim": True}}, 0),
+        ({"resume_training": True, "data_skip_steps": 12, "ignore_data_skip": True}, 0),
+    ],
+)
+def test_the_batches_mindformers_skips_at_a_start(config: dict, skipped: int) -> None:
+    """As MindFormers' classic trainer sets the dataset's initial step (base_trainer.py, 'check if skip datasets')."""
+    from mindformers_tbplugin.framework.running_config import data_skip_steps
+
+    assert data_skip_steps(config, 8) == skipped

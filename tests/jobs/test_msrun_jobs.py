@@ -830,3 +830,6 @@ def test_the_incidents_resume_lines_train_past_the_bad_batch_from_its_checkpoint
     for step, value in losses[8:]:
         assert abs(value - (printed[0][step][0] + printed[1][step][0]) / 2) <= 1e-5, (step, value)
     assert read_scalars(run_dir)["meta/restart"] == [(9, 8.0)]
+    # the monitor knows where the resumed training ends (the data skip shortens its first epoch)
+    said = [line for line in resumed.worker_log(0, 0).splitlines() if "never comes due" in line]
+    assert said and all(f"training ends at step {resumed_steps[-1]} " in line for line in said), said
