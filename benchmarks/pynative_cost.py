@@ -16,6 +16,7 @@ python -m benchmarks.pynative_cost [--quick]
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -32,6 +33,7 @@ PYTHON = REPO / ".venvs" / "mf2.0" / "bin" / "python"
 PROBE = REPO / "benchmarks" / "probe" / "pynative_probe.py"
 WARMUP = 5
 HOOK_TARGET = 0.01  # the gradient hooks' share of a tiny step
+BLOCK = 10  # steps per block when the hooks go on and off within one training
 MODELS = (
     ("tiny Qwen3 (dense)", "tiny_qwen3_cpu.yaml", 2),
     ("tiny DeepSeek-V3 (MoE, MTP)", "tiny_deepseek3_cpu.yaml", 4),
@@ -55,7 +57,9 @@ def _data(folder: Path) -> Path:
     return xy
 
 
-def _run(folder: Path, data: Path, model: str, global_batch: int, options: dict, steps: int) -> dict[str, list[float]]:
+def _run(
+    folder: Path, data: Path, model: str, global_batch: int, options: dict, steps: int, block: int = 0
+) -> dict[str, list]:
     config = yaml.safe_load((MF2X / model).read_text())
     config["train_dataset"]["dataloader"]["dataset_files"] = str(data)
     config["training"].update(steps=steps, global_batch_size=global_batch)
@@ -64,7 +68,8 @@ def _run(folder: Path, data: Path, model: str, global_batch: int, options: dict,
     path = folder / "config.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     output = folder / "timings.json"
-    result = subprocess.run([str(PYTHON), str(PROBE), str(path), str(output)], capture_output=True, text=True)
+    env = {**os.environ, "PYNATIVE_PROBE_BLOCK": str(block)}
+    result = subprocess.run([str(PYTHON), str(PROBE), str(path), str(output)], capture_output=True, text=True, env=env)
     if result.returncode != 0:
         raise RuntimeError(f"pynative probe failed: {(result.stdout + result.stderr)[-3000:]}")
     return json.loads(output.read_text())
@@ -104,6 +109,20 @@ def markdown_section(quick: bool) -> tuple[str, list[str]]:
                     notes.append(f"- {label}, {variant}: gradient hooks {share:.2%} of the median step (target <= 1%)")
                     if share > HOOK_TARGET:
                         missed.append(f"PyNative gradient hooks {label} {variant}: {share:.2%} of a step")
+        blocks = []
+        for label, model, batch in MODELS:
+            folder = Path(temporary) / f"{model}-blocks"
+            folder.mkdir()
+            measured = _run(folder, data, model, batch, {"layer_grad_norms": True}, 2 * steps, BLOCK)
+            on = set(measured["on_steps"])
+            durations = list(enumerate(measured["steps"], start=1))[WARMUP:]
+            hooks_on = [seconds for step, seconds in durations if step in on]
+            hooks_off = [seconds for step, seconds in durations if step not in on]
+            change = statistics.median(hooks_on) / statistics.median(hooks_off) - 1
+            blocks.append(
+                f"| {label} | {len(durations)} | {_median_us(hooks_off) / 1e3:.1f} | {_median_us(hooks_on) / 1e3:.1f} "
+                f"| {change:+.2%} |"
+            )
     header = (
         f"{title}\n\n"
         "MindFormers 2.0.0's trainer on this CPU (`.venvs/mf2.0`, its CPU stand-ins), timed on the training "
@@ -112,12 +131,20 @@ def markdown_section(quick: bool) -> tuple[str, list[str]]:
         f"the first {WARMUP}; medians over steps, the hooks' mean per step (with their registration on a logged "
         "step's begin and the read at its end) and its share of the median step. The last column counts hook "
         "calls on steps that are not logged (hooks are registered only for logged steps, so it must be 0). "
+        "Beside it, the classic trainer's figure at the same defaults is the on/off section's column of the time "
+        "inside the monitor's step_begin, read ahead and step_end (tiny LLaMA, tiny DeepSeek-V3). "
         "`python -m benchmarks.pynative_cost`.\n\n"
         "| model | monitor | steps | median step ms | monitor on the training thread, median µs per step "
         "| of it: reads ahead of LossCallback µs | gradient hooks, mean µs per step | hooks' share of the step "
         "| hook calls on unlogged steps |\n|---|---|---|---|---|---|---|---|---|\n"
     )
-    return header + "\n".join(rows) + "\n\n" + "\n".join(notes) + "\n", missed
+    on_off = (
+        "\n\nThe hooks' effect on the step itself (the time inside them counts only what they do on the training "
+        "thread, not what the backward waits for): one training per model with `layer_grad_norms` at log_every 1, "
+        f"the hooks on and off in blocks of {BLOCK} steps (off, on, on, off, repeated), median step of each.\n\n"
+        "| model | steps | median step ms, hooks off | median step ms, hooks on | on vs off |\n|---|---|---|---|---|\n"
+    )
+    return header + "\n".join(rows) + "\n\n" + "\n".join(notes) + on_off + "\n".join(blocks) + "\n", missed
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,7 +8,9 @@ reads in front of LossCallback's and MaxLogitsMonitor's model calls (``StepReads
 gradient hooks (``hooks``: the time inside the hook functions during the backward; ``hook_setup``: their
 registration at a logged step's begin and the read at its end, which the monitor's time includes). Each
 step's length is from one step begin to the next. Writes ``{"steps": [...], "monitor": [...], ...}``, one
-entry per step, seconds (``hook_calls``: how many hook calls).
+entry per step, seconds (``hook_calls``: how many hook calls). With PYNATIVE_PROBE_BLOCK=N the hooks are
+on only in the "on" blocks of N steps (off, on, on, off, repeated: a drift of the machine's speed cancels)
+and ``on_steps`` lists the steps they were on.
 """
 
 from __future__ import annotations
@@ -81,7 +83,22 @@ def counted_hook(make):
 TensorBoardMonitor.on_step_begin = step_begin(TensorBoardMonitor.on_step_begin)
 TensorBoardMonitor.on_step_end = timed("monitor", TensorBoardMonitor.on_step_end)
 StepReads._capture_now = timed("taps", StepReads._capture_now)
-GradientHooks.step_began = timed("hook_setup", GradientHooks.step_began)  # inside on_step_begin: in "monitor" too
+BLOCK = int(os.environ.get("PYNATIVE_PROBE_BLOCK", "0"))  # hooks on and off in blocks of steps: off, on, on, off
+on_steps: list[int] = []
+
+
+def in_blocks(step_began):
+    def wrapper(self, logged):
+        step = len(started)  # the step beginning now, counted from 1
+        on = logged and (not BLOCK or (False, True, True, False)[(step - 1) // BLOCK % 4])
+        if on:
+            on_steps.append(step)
+        return step_began(self, on)
+
+    return wrapper
+
+
+GradientHooks.step_began = timed("hook_setup", in_blocks(GradientHooks.step_began))  # in "monitor" too
 GradientHooks.read = timed("hook_setup", GradientHooks.read)  # inside on_step_end: in "monitor" too
 GradientHooks._host_hook = counted_hook(GradientHooks._host_hook)
 GradientHooks._device_hook = counted_hook(GradientHooks._device_hook)
@@ -90,4 +107,4 @@ if __name__ == "__main__":
     config, output = sys.argv[1], Path(sys.argv[2])
     os.chdir(Path(config).resolve().parent)
     Trainer(config=config).train()
-    output.write_text(json.dumps(timings))
+    output.write_text(json.dumps({**timings, "on_steps": on_steps}))
