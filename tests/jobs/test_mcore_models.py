@@ -416,6 +416,15 @@ MIGRATED_SCALARS = {
 }
 
 
+def _not_written_by_this_release() -> set[str]:
+    """MindFormers' writer's tags the installed release does not write: its model-FLOPs throughput comes with
+    the mcore FLOPs formula, from 1.9 on (MFLossMonitor's _calculate_flops_mcore)."""
+    from mindformers_tbplugin.framework import versions
+
+    major, minor = (int(part) for part in (versions.find("mindformers").version or "1.9").split(".")[:2])
+    return {"model-flops-throughput-per-npu"} if (major, minor) < (1, 9) else set()
+
+
 def test_the_migrated_config_writes_what_the_sections_writer_wrote(
     deepseek3: tuple[Path, str], deepseek3_original: tuple[Path, str]
 ) -> None:
@@ -431,9 +440,12 @@ def test_the_migrated_config_writes_what_the_sections_writer_wrote(
     batch = hparams(run_dir)["global_batch_size"]
     assert {value for _, value in theirs["batch-size"]} == {batch} == {4}
     samples = {tag.removesuffix("_vs_samples") for tag in theirs if tag.endswith("_vs_samples")}
-    assert set(theirs) == set(MIGRATED_SCALARS) | {"batch-size"} | {f"{tag}_vs_samples" for tag in samples}
+    written = set(MIGRATED_SCALARS) - _not_written_by_this_release()
+    assert set(theirs) == written | {"batch-size"} | {f"{tag}_vs_samples" for tag in samples}
     steps = list(range(1, STEPS + 1))
     for tag, (our_tag, how) in MIGRATED_SCALARS.items():
+        if tag not in written:
+            continue
         assert [step for step, _ in theirs[tag]] == steps == sorted(ours[our_tag]), tag
         if how == "same":
             for step, value in theirs[tag]:
