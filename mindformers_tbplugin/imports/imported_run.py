@@ -1,0 +1,39 @@
+"""What every format reader yields: one run's points under our tag names, with what the comparison
+must know of how they were recorded, and what the reader could not bring in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+Series = dict[int, float]  # global step -> value
+
+
+@dataclass
+class ImportedRun:
+    """One run read from a source.
+
+    ``scalars`` maps a tag (ours where one exists, ``import/<name>`` otherwise) to its points.
+    ``averaged_over`` says, per tag, how many steps each value is a mean of (Megatron-LM prints means
+    over ``--log-interval`` steps; a value at step s then covers steps s-n+1..s). ``resolution`` is
+    the smallest difference the source can show per tag (0.001 for a value printed with 3 decimals).
+    ``skipped`` lists, in words, what was not imported (graphs, lineage, lines that did not parse
+    with their first line numbers); ``stopped_at`` says where a truncated file ended.
+    ``sub_runs`` holds one run per rank (``rank_<id>``) when the source has several ranks.
+    """
+
+    source: list[Path]
+    format: str
+    scalars: dict[str, Series] = field(default_factory=dict)
+    wall_times: dict[int, float] = field(default_factory=dict)
+    histograms: dict[str, dict[int, tuple[list[float], list[float]]]] = field(default_factory=dict)
+    images: dict[str, dict[int, bytes]] = field(default_factory=dict)
+    texts: dict[str, dict[int, str]] = field(default_factory=dict)
+    averaged_over: dict[str, int] = field(default_factory=dict)
+    resolution: dict[str, float] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    stopped_at: str | None = None
+    sub_runs: dict[str, ImportedRun] = field(default_factory=dict)
+
+    def add(self, tag: str, step: int, value: float) -> None:
+        self.scalars.setdefault(tag, {})[step] = value
