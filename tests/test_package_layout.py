@@ -82,6 +82,8 @@ LAYERS = (
     "schema",
     "tfevents",
     "pipeline",
+    "imports",
+    "alignment",
     "framework",
     "registration",
     "config",
