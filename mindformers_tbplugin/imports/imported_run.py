@@ -3,6 +3,7 @@ must know of how they were recorded, and what the reader could not bring in."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,3 +38,15 @@ class ImportedRun:
 
     def add(self, tag: str, step: int, value: float) -> None:
         self.scalars.setdefault(tag, {})[step] = value
+
+
+@dataclass(frozen=True)
+class SourceFormat:
+    """One format a reader module brings in (its module-level ``FORMAT``): ``sniff`` says from a file's
+    first bytes whether the file is in this format; ``read`` reads one source's files (a log and its
+    rotated parts, a folder's event files) into one run."""
+
+    name: str
+    description: str
+    sniff: Callable[[Path, bytes], bool]
+    read: Callable[[list[Path]], ImportedRun]
