@@ -159,7 +159,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
     import mindformers_tbplugin.registration.mindformers_registry  # noqa: F401  (our callbacks and wrapper, before the Trainer)
     from mindformers_tbplugin.framework.mindformers_api import resolve
 
-    config = resolve("MindFormerConfig")(str(config_path))
+    # run_mode as run_mindformer.py passes it: loading sees the mode it trains in (the team defaults do)
+    config = resolve("MindFormerConfig")(str(config_path), **{k: v for k, v in overrides.items() if k == "run_mode"})
     apply_overrides(config, overrides)
     if config.get("run_mode") not in RUN_MODES:
         raise UsageError(

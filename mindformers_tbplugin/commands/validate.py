@@ -14,7 +14,9 @@ DESCRIPTION = (
     "other entries against MindFormers' callback registry. Every problem is listed with its YAML path and line; "
     "warnings flag legal but likely wrong settings; notes say where the runs will go. Exit status: 0 all valid, "
     "1 problems found, 2 a file could not be read or parsed (missing, empty, not text, YAML syntax error, "
-    "callbacks not a list, an entry without type)."
+    "callbacks not a list, an entry without type) or the team defaults file (MFTB_DEFAULTS) cannot be used. "
+    "A training config is checked as a training gets it: completed from the team defaults file, with every "
+    "option of our entries and where it comes from (the config's line, the defaults file's line, built in)."
 )
 # Framework packages it needs (checked by mftb before it runs).
 FRAMEWORK = ("mindspore",)
@@ -26,6 +28,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--log-dirs",
         metavar="FILE",
         help="also write the folders the TensorBoard runs will go to, one per line, to FILE (for launchers)",
+    )
+    parser.add_argument(
+        "--effective",
+        action="store_true",
+        help="list every option of our entries and where it comes from (printed anyway when the team defaults "
+        "file, MFTB_DEFAULTS, gives some)",
     )
 
 
@@ -42,7 +50,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         with quiet_output():
             ours = our_callbacks()
         for config in args.configs:
-            report = check_file(config, ours)
+            report = check_file(config, ours, effective=args.effective)
             print(report.render(), flush=True)
             worst = max(worst, report.exit_code)
             log_dirs += [str(folder) for folder in report.log_dirs if str(folder) not in log_dirs]

@@ -16,9 +16,12 @@ from typing import Any
 
 import yaml
 
-from mindformers_tbplugin.config import replacements, yaml_lines
+from mindformers_tbplugin.config import effective_options, replacements, yaml_lines
+from mindformers_tbplugin.config.effective_options import apply_team_defaults
 from mindformers_tbplugin.config.report import Finding, Report, quiet_output
 from mindformers_tbplugin.errors import FrameworkImportError
+from mindformers_tbplugin.framework.config_hooks import is_pynative_training
+from mindformers_tbplugin.registration.team_defaults import Completion
 from mindformers_tbplugin.schema import check_entry, did_you_mean, params_of
 from mindformers_tbplugin.tfevents import run_folders
 
@@ -97,19 +100,26 @@ def _unknown_key_message(key: Any, owner: str, allowed: list[str]) -> str:
 class _Checker:
     """Walks one document, collecting findings into a Report."""
 
-    def __init__(self, report: Report, document: dict, root: yaml.Node, ours: dict[str, type]) -> None:
+    def __init__(
+        self, report: Report, document: dict, root: yaml.Node, ours: dict[str, type], completion: Completion | None
+    ) -> None:
         self.report, self.document, self.root, self.ours = report, document, root, ours
+        self.completion = completion  # what the team defaults gave: its findings name that file's line
         self.run_folders: dict[tuple[Path, str], str] = {}
 
+    def finding(self, path: str, message: str) -> Finding:
+        source = self.completion.source_of(path) if self.completion else None
+        return Finding(path, yaml_lines.line_of(self.root, path), message, source or "")
+
     def error(self, path: str, message: str, unusable: bool = False) -> None:
-        self.report.errors.append(Finding(path, yaml_lines.line_of(self.root, path), message))
+        self.report.errors.append(self.finding(path, message))
         self.report.unusable = self.report.unusable or unusable
 
     def warn(self, path: str, message: str) -> None:
-        self.report.warnings.append(Finding(path, yaml_lines.line_of(self.root, path), message))
+        self.report.warnings.append(self.finding(path, message))
 
     def note(self, path: str, message: str) -> None:
-        self.report.notes.append(Finding(path, yaml_lines.line_of(self.root, path), message))
+        self.report.notes.append(self.finding(path, message))
 
     def run(self) -> None:
         foreign = []
@@ -204,7 +214,7 @@ class _Checker:
         wrapper = self.document.get("runner_wrapper")
         if isinstance(wrapper, dict) and wrapper.get("local_norm") is True:
             return
-        pynative = _is_pynative_config(self.document)
+        pynative = is_pynative_training(self.document)
         monitor = self.document.get("monitor")
         train_state = monitor.get("train_state") if isinstance(monitor, dict) else None
         if pynative and (
@@ -371,8 +381,13 @@ def training_length(document: dict) -> tuple[int | None, int | None]:
     return epochs, epochs * samples // (batch * replicas * (micro or 1) * accumulation)
 
 
-def check_file(path: str | Path, ours: dict[str, type] | None = None) -> Report:
-    """Check one config file. ``ours`` defaults to every callback this package exports."""
+def check_file(
+    path: str | Path, ours: dict[str, type] | None = None, team_defaults: bool = True, effective: bool = False
+) -> Report:
+    """Check one config file as a training would get it: completed from the team's defaults file
+    (``MFTB_DEFAULTS``) unless ``team_defaults`` is False. ``ours`` defaults to every callback this package
+    exports. The report lists every option of our entries and where it came from when the defaults file
+    gave some, or with ``effective``."""
     path = Path(path)
     report = Report(path)
     try:
@@ -389,14 +404,10 @@ def check_file(path: str | Path, ours: dict[str, type] | None = None) -> Report:
         from mindformers_tbplugin.registration.catalog import our_callbacks
 
         ours = our_callbacks()
-    _Checker(report, document, root, ours).run()
+    completion = apply_team_defaults(report, document, root, ours) if team_defaults else None
+    if report.unusable:
+        return report
+    _Checker(report, document, root, ours, completion).run()
+    if effective or completion is not None:
+        report.effective = effective_options.render(document, root, ours, completion)
     return report
-
-
-def _is_pynative_config(document: dict) -> bool:
-    """A config of MindFormers 2.x's PyNative trainer: its ``training`` and ``parallelism`` sections (the
-    classic trainer's are ``runner_config`` and ``parallel_config``)."""
-    training = document.get("training")
-    return (
-        isinstance(training, dict) and "global_batch_size" in training and isinstance(document.get("parallelism"), dict)
-    )

@@ -19,10 +19,13 @@ class Finding:
     path: str
     line: int | None
     message: str
+    source: str = ""  # where the value came from when not this file: the team defaults' ``FILE line N``
 
     def render(self) -> str:
         where = self.path
-        if self.line:
+        if self.source:
+            where = f"{where} ({self.source})" if where else self.source
+        elif self.line:
             where = f"{where} (line {self.line})" if where else f"line {self.line}"
         return f"{where}: {self.message}" if where else self.message
 
@@ -38,6 +41,7 @@ class Report:
     log_dirs: list[Path] = field(default_factory=list)  # where the monitors will write, in entry order
     unusable: bool = False
     entries_checked: int = 0
+    effective: list[str] = field(default_factory=list)  # every option of our entries and where it came from
 
     @property
     def exit_code(self) -> int:
@@ -56,6 +60,7 @@ class Report:
         lines += [f"  error: {f.render()}" for f in sorted(self.errors, key=_by_line)]
         lines += [f"  warning: {f.render()}" for f in sorted(self.warnings, key=_by_line)]
         lines += [f"  note: {f.render()}" for f in sorted(self.notes, key=_by_line)]
+        lines += self.effective
         return "\n".join(lines)
 
 

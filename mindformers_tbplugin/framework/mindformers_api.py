@@ -22,6 +22,9 @@ LOCATIONS: dict[str, tuple[tuple[str, str], ...]] = {
     "MindFormerRegister": (("mindformers.tools.register", "mindformers 1.7-2.0"),),
     "MindFormerModuleType": (("mindformers.tools.register", "mindformers 1.7-2.0"),),
     "MindFormerConfig": (("mindformers.tools.register", "mindformers 1.7-2.0"),),
+    # where a training config's dict is completed before MindFormers reads it (framework/config_hooks.py)
+    "ConfigTemplate": (("mindformers.tools.register.template", "mindformers 1.7-2.0 and master"),),
+    "TrainConfig": (("mindformers.pynative.config.config", "mindformers 1.9 (preview), 2.0 and master"),),
     "build_context": (("mindformers.core.context", "mindformers 1.7-2.0"),),
     "Trainer": (("mindformers.trainer", "mindformers 1.7-2.0 (the classic trainer)"),),
     "BaseTrainer": (("mindformers.trainer.base_trainer", "mindformers 1.7-2.0"),),
