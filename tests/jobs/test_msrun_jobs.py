@@ -40,30 +40,47 @@ pytestmark = pytest.mark.process
 
 LAUNCH = REPO / "scripts" / "msrun_launch.sh"
 DP2_CONFIG = REPO / "configs" / "tiny" / "llama_tiny_cpu_dp2.yaml"
+TEAM_RUN_NAME = "{experiment}-team-{timestamp}"  # the dp2 job's team defaults file names its run so
 COLLECTIVES_LINE = re.compile(
     r"TensorBoardMonitor: (\d+) aggregation interval\(s\), (\d+) collective\(s\) in all; "
     r"all-reduce per interval: (\d+) bytes, ([0-9.]+) ms"
 )
 
 
-def _config(folder: Path, data: Path, num_samples: int, aggregate_every: int, data_parallel: int, extra_metric: str):
+def _config(
+    folder: Path,
+    data: Path,
+    num_samples: int,
+    aggregate_every: int,
+    data_parallel: int,
+    extra_metric: str,
+    team_defaults: bool = False,
+):
+    """The job's YAML; with ``team_defaults`` its TensorBoardMonitor is in a team defaults file instead
+    (``folder``/team.yaml, for MFTB_DEFAULTS), with a run name pattern of its own, and the YAML names none of
+    our callbacks."""
     config = yaml.safe_load(DP2_CONFIG.read_text())
     config["train_dataset"]["data_loader"]["dataset_dir"] = str(data)
     config["train_dataset"]["data_loader"]["num_samples"] = num_samples
     config["train_dataset_task"]["dataset_config"] = config["train_dataset"]
     config["parallel_config"]["data_parallel"] = data_parallel
+    monitor = {
+        "type": "TensorBoardMonitor",
+        "experiment": "dp",
+        "aggregate_every": aggregate_every,
+        "aggregate_seconds": 0,  # intervals of exactly aggregate_every steps, which these tests count
+        "extra_metrics": [f"rank_hooks:{extra_metric}"],
+    }
     config["callbacks"] = [
         {"type": "MFLossMonitor"},
         {"type": "SlowRank", "auto_register": "rank_hooks.SlowRank"},
         {"type": "FailRank", "auto_register": "rank_hooks.FailRank"},
-        {
-            "type": "TensorBoardMonitor",
-            "experiment": "dp",
-            "aggregate_every": aggregate_every,
-            "aggregate_seconds": 0,  # intervals of exactly aggregate_every steps, which these tests count
-            "extra_metrics": [f"rank_hooks:{extra_metric}"],
-        },
     ]
+    if team_defaults:
+        team = {"callbacks": [dict(monitor, run_name_pattern=TEAM_RUN_NAME)]}
+        (folder / "team.yaml").write_text(yaml.safe_dump(team, sort_keys=False))
+    else:
+        config["callbacks"].append(monitor)
     path = folder / "job.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
@@ -106,14 +123,20 @@ def _finish(process: subprocess.Popen[str], output: Path, timeout: int = 900) ->
 
 @pytest.fixture(scope="module")
 def dp2_job(tmp_path_factory: pytest.TempPathFactory, tiny_data: Path) -> Job:
-    """2 ranks, 12 steps each (24 samples per shard), aggregate_every 4, one custom data metric; rank 1 is made slow."""
+    """2 ranks, 12 steps each (24 samples per shard), aggregate_every 4, one custom data metric; rank 1 is made
+    slow. The YAML names none of our callbacks: the monitor comes from the team defaults file (MFTB_DEFAULTS)."""
     folder = tmp_path_factory.mktemp("dp2")
     config = _config(
-        folder, tiny_data, num_samples=24, aggregate_every=4, data_parallel=2, extra_metric="one_data_metric"
+        folder,
+        tiny_data,
+        num_samples=24,
+        aggregate_every=4,
+        data_parallel=2,
+        extra_metric="one_data_metric",
+        team_defaults=True,
     )
-    process = _launch(
-        config, folder / "out", "--worker_num", "2", "--master_port", str(any_free_port()), MFTB_TEST_SLOW_RANK="1"
-    )
+    launch = ("--worker_num", "2", "--master_port", str(any_free_port()))
+    process = _launch(config, folder / "out", *launch, MFTB_TEST_SLOW_RANK="1", MFTB_DEFAULTS=str(folder / "team.yaml"))
     job = _finish(process, folder / "out")
     assert job.returncode == 0, job.stderr[-3000:] + job.worker_log(0, 0)[-3000:]
     return job
@@ -167,6 +190,18 @@ def two_node_job(tmp_path_factory: pytest.TempPathFactory, tiny_data: Path, seco
     for job in jobs:
         assert job.returncode == 0, job.stderr[-3000:]
     return jobs[0]
+
+
+def test_the_job_takes_its_monitor_from_the_team_defaults_file(dp2_job: Job) -> None:
+    """Every rank completed its YAML from the file (the run folder agreed across ranks bears its run name
+    pattern; the other tests of this job check the monitor's values), and the launcher's check said so."""
+    team = dp2_job.output.parent / "team.yaml"
+    assert re.fullmatch(r"dp-team-\d{8}-\d{6}", dp2_job.run_dir.name)
+    for rank in (0, 1):
+        said = f"[mftb] team defaults {team} (MFTB_DEFAULTS): added TensorBoardMonitor (line 2)"
+        assert said in dp2_job.worker_log(0, rank), rank
+    assert f"  options of callbacks[3] TensorBoardMonitor (added from {team} line 2):" in dp2_job.stdout
+    assert f'run_name_pattern "{TEAM_RUN_NAME}" (line ' in dp2_job.stdout
 
 
 def test_exactly_one_process_writes_the_main_run(dp2_job: Job) -> None:
