@@ -462,10 +462,12 @@ def _small_job(
     status: int = 0,
     runner_wrapper: dict | None = None,
     entry: Path | None = None,
+    launch_env: dict[str, str] | None = None,
     **monitor_options: object,
 ) -> Job:
     """2 ranks, aggregate_every 4, rank 1 slowed; TensorBoardMonitor options (and ``runner_wrapper``
-    entries) changed; the launcher runs ``entry`` (mftb train by default) and exits ``status``."""
+    entries) changed; the launcher runs ``entry`` (mftb train by default) with ``launch_env`` added to its
+    environment and exits ``status``."""
     path = _config(
         tmp_path, tiny_data, num_samples=2 * steps, aggregate_every=4, data_parallel=2, extra_metric="one_data_metric"
     )
@@ -475,7 +477,9 @@ def _small_job(
     config["callbacks"] += list(more_callbacks)
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     launch = ("--worker_num", "2", "--master_port", str(any_free_port()), *(("--entry", str(entry)) if entry else ()))
-    job = _finish(_launch(path, tmp_path / "out", *launch, MFTB_TEST_SLOW_RANK="1"), tmp_path / "out")
+    job = _finish(
+        _launch(path, tmp_path / "out", *launch, MFTB_TEST_SLOW_RANK="1", **(launch_env or {})), tmp_path / "out"
+    )
     assert job.returncode == status, job.stderr[-3000:] + job.worker_log(0, 0)[-3000:]
     return job
 
@@ -594,14 +598,31 @@ def test_per_layer_gradient_norms_are_the_root_mean_square_of_the_ranks_own(tmp_
 def test_an_alert_stop_stops_every_rank_at_the_same_step(tmp_path: Path, tiny_data: Path, entry: str | None) -> None:
     """The writer rank's alert fires on the first averaged loss (step 1's, written at the aggregation
     of step 4); the request rides in the next aggregation (step 8), after which every rank stops: no
-    rank is left waiting. MindFormers' own run_mindformer.py exits with the same status as mftb train."""
+    rank is left waiting. MindFormers' own run_mindformer.py exits with the same status as mftb train; under
+    it the AlertMonitor's sinks come from a team defaults file (MFTB_DEFAULTS), which every rank applies."""
     rule = {"rule": "threshold", "tag": "train/loss", "above": 0.0, "action": "stop"}
     jsonl = tmp_path / "alerts.jsonl"
-    alert_monitor = {"type": "AlertMonitor", "rules": [rule], "sinks": ["log", "tensorboard", {"jsonl": str(jsonl)}]}
+    sinks = ["log", "tensorboard", {"jsonl": str(jsonl)}]
+    alert_monitor = {"type": "AlertMonitor", "rules": [rule], "sinks": sinks}
     script = run_mindformer_script() if entry else None
+    team = {}
+    if entry:
+        del alert_monitor["sinks"]
+        (tmp_path / "team.yaml").write_text(yaml.safe_dump({"callbacks": [{"type": "AlertMonitor", "sinks": sinks}]}))
+        team = {"MFTB_DEFAULTS": str(tmp_path / "team.yaml")}
     job = _small_job(
-        tmp_path, tiny_data, steps=16, more_callbacks=(alert_monitor,), status=STOPPED_BY_ALERT, entry=script
+        tmp_path,
+        tiny_data,
+        steps=16,
+        more_callbacks=(alert_monitor,),
+        status=STOPPED_BY_ALERT,
+        entry=script,
+        launch_env=team,
     )
+    if entry:
+        for rank in (0, 1):
+            said = f"[mftb] team defaults {tmp_path / 'team.yaml'} (MFTB_DEFAULTS): filled callbacks[4].sinks (line"
+            assert said in job.worker_log(0, rank), rank
     assert [max(mf_losses(job.worker_log(0, rank))) for rank in (0, 1)] == [8, 8]
     assert (
         "AlertMonitor: threshold: train/loss at step 1; every rank stops after the next cross-rank aggregation"
