@@ -4,9 +4,11 @@ added when the config names none of ours, unset options filled, the config's val
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 from mindformers_tbplugin.registration.catalog import our_callbacks
 from mindformers_tbplugin.registration.team_defaults import (
@@ -196,3 +198,12 @@ def test_a_broken_file_adds_nothing(tmp_path: Path) -> None:
     with pytest.raises(DefaultsError, match=rf"{path}:11: callbacks\[2\].bins"):
         complete_from_environment(document, OURS, {DEFAULTS_ENV: str(path)})
     assert document["callbacks"] == [{"type": "MFLossMonitor"}]
+
+
+def test_the_documented_file_gives_the_documented_log_line(tmp_path: Path) -> None:
+    page = (REPO / "docs" / "team.md").read_text()
+    text = re.search(r"```yaml\n# /etc/mftb/team.yaml\n(.*?)```", page, flags=re.S).group(0)[len("```yaml\n") : -3]
+    path = _file(tmp_path, text)
+    document: dict = {"run_mode": "train", "callbacks": [{"type": "MFLossMonitor"}]}
+    summary = complete(document, load(path, OURS), OURS).summary().replace(str(path), "/etc/mftb/team.yaml")
+    assert f"[mftb] {summary}\n" in page
