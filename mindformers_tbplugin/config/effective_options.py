@@ -5,6 +5,7 @@ or the built-in default."""
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +14,7 @@ import yaml
 from mindformers_tbplugin.config import yaml_lines
 from mindformers_tbplugin.config.report import Finding, Report
 from mindformers_tbplugin.framework.config_hooks import is_classic_training, is_pynative_training
+from mindformers_tbplugin.framework.running_config import MASK, is_secret_key
 from mindformers_tbplugin.registration import team_defaults
 from mindformers_tbplugin.registration.team_defaults import DEFAULTS_ENV, LIST, OFF_KEY, Completion
 from mindformers_tbplugin.schema import ConfigError, params_of
@@ -87,8 +89,22 @@ def render(document: dict, root: yaml.Node, ours: Mapping[str, type], completion
 
 
 def _show(value: Any) -> str:
-    """A value as YAML users read it: null, true, "text", [1, 2]."""
-    return json.dumps(value, ensure_ascii=False, default=str)
+    """A value as YAML users read it (null, true, "text", [1, 2]), with what may be a secret masked."""
+    return json.dumps(_masked(value), ensure_ascii=False, default=str)
+
+
+def _masked(value: Any, key: str = "") -> Any:
+    """Values of secret-looking keys masked, and URLs cut to their host: a webhook's path and query are
+    its token (the launcher's output, where this block goes, often ends in a job's log)."""
+    if isinstance(value, Mapping):
+        return {k: MASK if is_secret_key(str(k)) and v else _masked(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(item) for item in value]
+    if isinstance(value, str) and "://" in value:
+        parts = urllib.parse.urlsplit(value)
+        hidden = "/***" if parts.path.strip("/") or parts.query or parts.username else ""
+        return f"{parts.scheme}://{parts.hostname or ''}{hidden}"
+    return value
 
 
 def _packed(label: str, items: list[str]) -> list[str]:
