@@ -171,11 +171,18 @@ def test_histograms_hparams_and_status_as_under_the_classic_trainer(pynative_run
 
 
 def test_an_alert_stop_ends_the_pynative_training_after_that_step(tmp_path: Path, xy_data: Path) -> None:
+    """The YAML names none of our callbacks: the monitor and the alert come from a team defaults file
+    (MFTB_DEFAULTS), completed into the trainer's own TrainConfig."""
     alert = {
         "type": "AlertMonitor",
         "rules": [{"rule": "threshold", "tag": "train/loss", "above": 0.0, "action": "stop"}],
     }
-    run = pynative_train(qwen3_config(tmp_path, xy_data, [MONITORS[0], alert]))
+    monitor = dict(MONITORS[0], log_dir=str(tmp_path / "tb"), run_name_pattern="{experiment}-team-{timestamp}")
+    team = tmp_path / "team.yaml"
+    team.write_text(yaml.safe_dump({"callbacks": [monitor, alert]}, sort_keys=False))
+    run = pynative_train(qwen3_config(tmp_path, xy_data, []), MFTB_DEFAULTS=str(team))
+    said = f"[mftb] team defaults {team} (MFTB_DEFAULTS): added TensorBoardMonitor (line 2); added AlertMonitor"
+    assert said in run.output and re.fullmatch(r"qwen3-team-\d{8}-\d{6}", run.run_dir.name)
     # A stop is not a normal end: the entry script exits 3 and says why, as under run_mindformer.py.
     assert run.returncode == 3, run.output[-5000:]
     stopped = "stopped by AlertMonitor (threshold on train/loss) at step 1"
