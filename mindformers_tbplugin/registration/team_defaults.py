@@ -202,7 +202,7 @@ def _line(root: yaml.Node | None, path: str) -> int | None:
 
 
 def _error(path: Path, problems: list[tuple[int | None, str]]) -> DefaultsError:
-    lines = "\n".join(f"  - {path}{f':{line}' if line else ''}: {message}" for line, message in problems)
+    lines = "\n".join(f"    - {path}{f':{line}' if line else ''}: {message}" for line, message in problems)
     return DefaultsError(
         f"the team defaults file {path} ({DEFAULTS_ENV}) cannot be used, so no training starts with it "
         f"(set {DEFAULTS_ENV}= to train without it):\n{lines}",
@@ -295,7 +295,7 @@ def complete_from_environment(
     completion = complete(document, defaults, ours)
     problems = broken_by_defaults(document, completion, ours)
     if problems:
-        lines = "\n".join(f"  - {problem}" for problem in problems)
+        lines = "\n".join(f"    - {problem}" for problem in problems)
         raise DefaultsError(f"the team defaults file {path} ({DEFAULTS_ENV}) makes this config invalid:\n{lines}")
     return completion
 
