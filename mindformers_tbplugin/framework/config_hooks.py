@@ -17,6 +17,7 @@ a training ``run_mode`` are handed on.
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -45,20 +46,25 @@ def complete_training_configs(complete: Callable[[dict], None]) -> list[str]:
     """Have ``complete(document)`` change every training config loaded from now on, before MindFormers reads
     it. Returns the loaders wrapped (the PyNative one only where the release has that trainer). Idempotent."""
     wrapped = []
-    if _wrap(resolve("ConfigTemplate"), "apply_template", is_classic_training, complete):
+    # The template changes the merged dict in place (it is MindFormers' own); from_dict may be given the
+    # caller's dict (Trainer(config=dict)), which is completed as a copy.
+    if _wrap(resolve("ConfigTemplate"), "apply_template", is_classic_training, complete, in_place=True):
         wrapped.append("ConfigTemplate.apply_template")
     try:
         train_config = resolve("TrainConfig")
     except ImportError:  # a release without the PyNative trainer
         return wrapped
-    if _wrap(train_config, "from_dict", lambda data: isinstance(data, dict), complete):
+    if _wrap(train_config, "from_dict", lambda data: isinstance(data, dict), complete, in_place=False):
         wrapped.append("TrainConfig.from_dict")
     return wrapped
 
 
-def _wrap(owner: type, name: str, applies: Callable[[Any], bool], complete: Callable[[dict], None]) -> bool:
-    """Replace the classmethod ``owner.name(data, ...)`` with one that runs ``complete(data)`` first. Set on
-    ``owner`` itself: the base class's method (``BaseConfig.from_dict`` of every nested section) stays."""
+def _wrap(
+    owner: type, name: str, applies: Callable[[Any], bool], complete: Callable[[dict], None], in_place: bool
+) -> bool:
+    """Replace the classmethod ``owner.name(data, ...)`` with one that runs ``complete`` on ``data`` (or on a
+    copy of it) first. Set on ``owner`` itself: the base class's method (``BaseConfig.from_dict`` of every
+    nested section) stays."""
     bound = getattr(owner, name)
     if getattr(bound, _WRAPPED, False):
         return True
@@ -67,6 +73,7 @@ def _wrap(owner: type, name: str, applies: Callable[[Any], bool], complete: Call
     @functools.wraps(original)
     def completing(cls: type, data: Any, *args: Any, **kwargs: Any) -> Any:
         if cls is owner and applies(data):
+            data = data if in_place else copy.deepcopy(data)
             complete(data)
         return original(cls, data, *args, **kwargs)
 

@@ -108,3 +108,5 @@ def test_the_pynative_trainers_config_gets_them(tmp_path: Path) -> None:
     own = dict(OWN, log_dir="/shared/tb", run_name_pattern="{experiment}-team-{timestamp}")
     assert loaded["own.yaml"]["callbacks"] == [own]
     assert loaded["off.yaml"]["callbacks"] == [] and OFF_KEY not in loaded["off.yaml"]["keys"]
+    # Trainer(config=dict) gets the same, and the caller's dict stays as it was
+    assert all(value["same_from_dict"] and value["dict_unchanged"] for value in loaded.values()), loaded

@@ -20,10 +20,20 @@ if kind == "classic":
         loaded[path] = {"callbacks": [dict(entry) for entry in config.get("callbacks") or []]}
         loaded[path]["keys"] = sorted(config)
 else:
+    import copy
+
+    import yaml
     from mindformers.pynative.config import TrainConfig
 
     for path in paths:
         config = TrainConfig.load_from_yaml(path)
         loaded[path] = {"callbacks": [entry.to_dict() for entry in config.callbacks]}
         loaded[path]["keys"] = sorted(config.to_dict())
+        # Trainer(config=dict): the caller's dict is completed as a copy, its own left as it was
+        with open(path, encoding="utf-8") as file:
+            data = yaml.safe_load(file)
+        given = copy.deepcopy(data)
+        from_dict = TrainConfig.from_dict(data)
+        loaded[path]["same_from_dict"] = [entry.to_dict() for entry in from_dict.callbacks] == loaded[path]["callbacks"]
+        loaded[path]["dict_unchanged"] = data == given
 print("CALLBACKS " + json.dumps(loaded), flush=True)
