@@ -35,7 +35,6 @@ DEFAULTS_ENV = "MFTB_DEFAULTS"
 OFF_KEY = "mftb_defaults"  # top-level config key: false turns the team defaults off for this config
 TYPES = ("TensorBoardMonitor", "HistogramMonitor", "AlertMonitor")
 LIST = "callbacks"
-NOT_OPTIONS = ("type", "auto_register")  # keys MindFormers reads from any entry
 _PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
 
