@@ -44,8 +44,9 @@ def test_run_mindformer_with_none_of_our_entries_gets_the_teams_monitor(tmp_path
 def test_mftb_train_keeps_the_yamls_values_over_the_files(tmp_path: Path, tiny_data: Path) -> None:
     team = _team(tmp_path, experiment="team", log_every=2)
     own = {"type": "TensorBoardMonitor", "experiment": "mine", "log_every": 1}
-    config = write_tiny_config(tmp_path, tiny_data, [own], num_samples=8)
-    run = train(config, tmp_path, env=subprocess_env(**{DEFAULTS_ENV: str(team)}))
+    # run_mode given on the command line only: the config is loaded in the mode it trains in
+    config = write_tiny_config(tmp_path, tiny_data, [own], num_samples=8, run_mode=None)
+    run = train(config, tmp_path, "--run_mode", "train", env=subprocess_env(**{DEFAULTS_ENV: str(team)}))
     assert run.returncode == 0, run.output[-5000:]
     assert re.fullmatch(r"mine-by-team-\d{8}-\d{6}", run.run_dir.name)  # the YAML's experiment, the file's pattern
     assert [step for step, _ in read_scalars(run.run_dir)["train/loss"]] == [1, 2, 3, 4]  # the YAML's log_every
