@@ -10,6 +10,8 @@ import base64
 import hashlib
 import hmac
 import json
+import os
+import re
 import time
 import urllib.error
 import urllib.parse
@@ -57,12 +59,13 @@ class ChatSink(MessageSink):
     def __init__(self, url: str, secret_value: str | None = None, tensorboard: str | None = None, **delivery: Any):
         super().__init__(**delivery)
         self.url = url
+        self.shown = ""  # how the URL is named in messages when it comes from the environment
         self.secret = secret_value
         self.tensorboard = tensorboard
         self.timeout = TIMEOUT_S
 
     def describe(self) -> str:
-        return f"{self.label} {mask_url(self.url)}"
+        return f"{self.label} {self.shown or mask_url(self.url)}"
 
     def send(self, item: Alert | Summary) -> None:
         text = alert_text(item, self.tensorboard) if isinstance(item, Alert) else summary_text(item, self.tensorboard)
@@ -173,14 +176,20 @@ CHAT_SINKS: dict[str, type[ChatSink]] = {cls.label: cls for cls in (FeishuSink, 
 
 
 def build_chat(spec: Mapping[str, Any], kind: str, tensorboard: str | None) -> tuple[ChatSink | None, list]:
-    """A chat sink from ``{kind: URL, secret_env: VAR}``, or the problems ``[(key, message)]``. An unset
-    secret is no problem of the config: the sink says so at start (``unavailable``) and the others go on."""
+    """A chat sink from ``{kind: URL, secret_env: VAR}``, or the problems ``[(key, message)]``. The URL may be
+    ``${VAR}``: read from that environment variable (MindFormers prints the whole config at train begin).
+    An unset variable is no problem of the config: the sink says so at start (``unavailable``) and the
+    others go on."""
     cls = CHAT_SINKS[kind]
-    url = spec[kind]
-    problems = []
-    if not (isinstance(url, str) and urllib.parse.urlsplit(url).scheme in ("http", "https")):
+    url, problems = spec[kind], []
+    variable = re.fullmatch(r"\$\{(\w+)\}", url) if isinstance(url, str) else None
+    if variable is not None:
+        url = os.environ.get(variable.group(1), "")
+        if url and urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+            problems.append((kind, f"environment variable {variable.group(1)} holds no http:// or https:// URL"))
+    elif not (isinstance(url, str) and urllib.parse.urlsplit(url).scheme in ("http", "https")):
         shown = repr(mask_url(url)) if isinstance(url, str) and "://" in url else repr(url)
-        problems.append((kind, f"expected the bot's http:// or https:// URL, got {shown}"))
+        problems.append((kind, f"expected the bot's http:// or https:// URL or ${{VARIABLE}}, got {shown}"))
     allowed = SECRET_KEYS if cls.signed else ()
     for key in spec:
         if key != kind and key not in allowed:
@@ -194,5 +203,9 @@ def build_chat(spec: Mapping[str, Any], kind: str, tensorboard: str | None) -> t
         return None, problems
     value, why = secret(spec.get("secret_env"), spec.get("secret_file"))
     sink = cls(url, value, tensorboard)
+    if variable is not None:
+        sink.shown = variable.group(0)
+        if not url:
+            why = f"environment variable {variable.group(1)} (the bot's URL) is not set"
     sink.unavailable = why
     return sink, []

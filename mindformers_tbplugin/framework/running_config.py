@@ -75,7 +75,7 @@ def plain(value: Any, key: str = "") -> Any:
     """A YAML-safe copy of ``value``: dicts, lists, scalars; secret-looking keys masked; objects as text."""
     if key and is_secret_key(key) and value not in (None, "", False):
         return MASK
-    if key in _URL_SECRET_KEYS and isinstance(value, str):
+    if key in _URL_SECRET_KEYS and isinstance(value, str) and "://" in value:
         return mask_url(value)
     if isinstance(value, Mapping):
         return {str(k): plain(v, str(k)) for k, v in value.items()}

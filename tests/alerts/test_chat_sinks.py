@@ -157,6 +157,23 @@ def test_sinks_from_yaml_and_a_secret_variable_unset(monkeypatch: pytest.MonkeyP
     assert len(feishu.received) == 1 and dingtalk.requests == 0
 
 
+def test_the_url_from_the_environment(monkeypatch: pytest.MonkeyPatch, servers) -> None:
+    """``${VAR}``: the URL (which holds the bot's token) stays out of the YAML that MindFormers prints."""
+    bot = servers("wecom")
+    monkeypatch.setenv("TEAM_WECOM_URL", bot.url)
+    monkeypatch.delenv("TEAM_SLACK_URL", raising=False)
+    monkeypatch.setenv("TEAM_BAD_URL", "ftp://h/TOKEN")
+    specs = [{"wecom": "${TEAM_WECOM_URL}"}, {"slack": "${TEAM_SLACK_URL}"}]
+    (wecom, slack), problems = build_sinks(specs)
+    assert problems == [] and wecom.describe() == "wecom ${TEAM_WECOM_URL}" and wecom.unavailable is None
+    assert slack.unavailable == "environment variable TEAM_SLACK_URL (the bot's URL) is not set"
+    wecom.emit(ALERT)
+    wecom.close(timeout=30)
+    assert len(bot.received) == 1
+    (problem,) = build_sinks([{"slack": "${TEAM_BAD_URL}"}])[1]
+    assert problem.render() == "sinks[0].slack: environment variable TEAM_BAD_URL holds no http:// or https:// URL"
+
+
 def test_secret_from_a_file(tmp_path, servers) -> None:
     bot = servers("dingtalk", secret=SECRET)
     (tmp_path / "dingtalk.secret").write_text(SECRET + "\n")
@@ -179,7 +196,7 @@ def test_bad_chat_sink_entries_are_config_errors_naming_the_key() -> None:
         ]
     )
     assert [problem.render() for problem in problems] == [
-        "sinks[0].feishu: expected the bot's http:// or https:// URL, got 'ftp://open.feishu.cn/***'",
+        "sinks[0].feishu: expected the bot's http:// or https:// URL or ${VARIABLE}, got 'ftp://open.feishu.cn/***'",
         "sinks[1].secret_env: unknown option of the slack sink (a slack sink takes only its URL)",
         "sinks[2].secret_file: give secret_env or secret_file, not both",
         "sinks[3].secert_env: unknown option of the wecom sink (a wecom sink takes only its URL)",
