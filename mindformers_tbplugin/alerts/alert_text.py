@@ -74,16 +74,14 @@ def alert_text(alert: Alert, tensorboard: str | None) -> Text:
 
 
 def summary_text(summary: Summary, tensorboard: str | None) -> Text:
-    alerts = summary.alerts
-    first, last = alerts[0], alerts[-1]
+    first, last = summary.first, summary.last
     run = f" on run {summary.run}" if summary.run else ""
     steps = f"step {first.step}" if first.step == last.step else f"steps {first.step}-{last.step}"
-    title = f"[{last.severity}] {summary.rule} fired {len(alerts)} more time(s){run} ({steps})"
-    tags = ", ".join(sorted({alert.tag for alert in alerts}))
+    title = f"[{last.severity}] {summary.rule} fired {summary.count} more time(s){run} ({steps})"
     lines = [
-        f"rule: {summary.rule}, {len(alerts)} firing(s) within {summary.seconds:g} s after the one already sent",
+        f"rule: {summary.rule}, {summary.count} firing(s) within {summary.seconds:g} s after the one already sent",
         f"run: {summary.run or 'n/a'}",
-        f"{steps}; tags: {tags}",
+        f"{steps}; tags: {', '.join(summary.tags)}",
         f"last: value {number(last.value)} at step {last.step}: {last.message}",
     ]
     link = run_link(tensorboard, summary.run)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import http.client
 import json
 import os
 import re
@@ -90,8 +91,10 @@ class ChatSink(MessageSink):
         except urllib.error.HTTPError as exc:
             retry = exc.code >= 500 or exc.code == 429
             raise DeliveryError(f"HTTP {exc.code} {_snippet(exc.read())}".rstrip(), retry) from None
-        except (OSError, ValueError) as exc:  # refused, unreachable, timed out
+        except (OSError, http.client.HTTPException) as exc:  # refused, unreachable, timed out, cut off
             raise DeliveryError(f"unreachable: {getattr(exc, 'reason', exc)}", True) from None
+        except ValueError as exc:  # its text may quote the URL, which holds the token
+            raise DeliveryError(f"not sent: {type(exc).__name__}", False) from None
         try:
             return json.loads(text)
         except ValueError:

@@ -55,10 +55,19 @@ class DeliveryError(Exception):
 
 @dataclass
 class Fold:
-    """A rule's firings folded within one window."""
+    """A rule's firings folded within one window: how many, the first and last, their tags (bounded)."""
 
     until: float  # the window's end (monotonic clock)
-    alerts: list[Alert] = field(default_factory=list)  # the folded firings (not sent yet)
+    count: int = 0
+    first: Alert | None = None
+    last: Alert | None = None
+    tags: set[str] = field(default_factory=set)
+
+    def add(self, alert: Alert) -> None:
+        self.count += 1
+        self.first = self.first or alert
+        self.last = alert
+        self.tags.add(alert.tag)
 
 
 @dataclass(frozen=True)
@@ -67,7 +76,10 @@ class Summary:
 
     run: str
     rule: str
-    alerts: tuple[Alert, ...]
+    count: int
+    first: Alert
+    last: Alert
+    tags: tuple[str, ...]
     seconds: float
 
 
@@ -117,7 +129,7 @@ class MessageSink(Sink):
         with self._wake:
             fold = self._folds.get(key)
             if fold is not None and self._clock() < fold.until:
-                fold.alerts.append(alert)  # folded: the summary goes out when the window closes
+                fold.add(alert)  # folded: the summary goes out when the window closes
                 return
             self._folds[key] = Fold(self._clock() + self.fold_seconds)
             self._put(alert)
@@ -139,7 +151,7 @@ class MessageSink(Sink):
             return
         self.thread.join(timeout)
         if self.thread.is_alive():
-            left = self.pending() + sum(bool(fold.alerts) for fold in self._folds.values())
+            left = self.pending() + sum(fold.count > 0 for fold in self._folds.values())
             logger.warning(
                 "alert %s: still sending after %g s; %d more message(s) not sent", self.describe(), timeout, left
             )
@@ -172,8 +184,9 @@ class MessageSink(Sink):
             closing = self._closing.is_set()
             for key, fold in list(self._folds.items()):
                 if closing or now >= fold.until:
-                    if fold.alerts:  # a storm: its summary, and a new window for what follows
-                        self._put(Summary(key[0], key[1], tuple(fold.alerts), self.fold_seconds))
+                    if fold.first and fold.last:  # a storm: its summary, and a new window for what follows
+                        tags = tuple(sorted(fold.tags))
+                        self._put(Summary(*key, fold.count, fold.first, fold.last, tags, self.fold_seconds))
                         self._folds[key] = Fold(now + self.fold_seconds)
                     else:
                         del self._folds[key]
