@@ -4,6 +4,7 @@ so they appear in the same console and per-rank log files as the training's mess
 from __future__ import annotations
 
 import logging
+import urllib.parse
 from typing import Any
 
 logger = logging.getLogger("mindformers_tbplugin")
@@ -49,3 +50,17 @@ class WarnOnce:
         if key not in self._said:
             self._said.add(key)
             logger.warning(message + self._note)
+
+
+def mask_url(url: str) -> str:
+    """The URL as it may appear in logs: credentials, path and query (where tokens hide) masked."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname or ""
+        if parts.port:
+            host = f"{host}:{parts.port}"
+    except ValueError:
+        return "<invalid url>"
+    user = "***@" if parts.username or parts.password else ""
+    rest = "/***" if parts.path.strip("/") or parts.query else ""
+    return f"{parts.scheme}://{user}{host}{rest}"

@@ -1,9 +1,11 @@
-"""Where alerts go: a log line, TensorBoard, a JSONL file, a command, a webhook.
+"""Where alerts go: a log line, TensorBoard, a JSONL file, a command, a webhook, a chat bot, e-mail.
 
 Configured as a YAML-style list: ``[log, tensorboard, {jsonl: path}, {command: [argv...]},
-{webhook: url}]``. ``log`` and ``tensorboard`` run on the caller's thread (both only hand data to
-queues). The others each get a background thread with a bounded queue, so a slow disk, command or
-server never blocks training; their failures are logged once per kind of failure.
+{webhook: url}, {feishu: url, secret_env: VAR}, {dingtalk: ...}, {wecom: url}, {slack: url},
+{email: {...}}]`` (the chat and mail sinks: alerts/chat_sinks.py, alerts/mail_sink.py). ``log`` and
+``tensorboard`` run on the caller's thread (both only hand data to queues). The others each get a
+background thread with a bounded queue, so a slow disk, command or server never blocks training;
+their failures are logged once per kind of failure.
 """
 
 from __future__ import annotations
@@ -22,49 +24,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mindformers_tbplugin.alerts.chat_sinks import CHAT_SINKS, build_chat
+from mindformers_tbplugin.alerts.delivery import Sink
+from mindformers_tbplugin.alerts.mail_sink import build_email
 from mindformers_tbplugin.alerts.record import Alert
-from mindformers_tbplugin.log import WarnOnce, logger
+from mindformers_tbplugin.log import WarnOnce, logger, mask_url
 from mindformers_tbplugin.schema import ConfigError, Problem
 
-SINK_NAMES = ("log", "tensorboard", "jsonl", "command", "webhook")
+SINK_NAMES = ("log", "tensorboard", "jsonl", "command", "webhook", *CHAT_SINKS, "email")
 PLACEHOLDERS = ("rule", "message", "tag", "step", "value", "severity", "run")
 WEBHOOK_TIMEOUT_S = 5.0
 QUEUE_LIMIT = 1000  # alerts held per background sink; beyond it the oldest are dropped
 
 
-def mask_url(url: str) -> str:
-    """The URL as it may appear in logs: credentials, path and query (where tokens hide) masked."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        host = parts.hostname or ""
-        if parts.port:
-            host = f"{host}:{parts.port}"
-    except ValueError:
-        return "<invalid url>"
-    user = "***@" if parts.username or parts.password else ""
-    rest = "/***" if parts.path.strip("/") or parts.query else ""
-    return f"{parts.scheme}://{user}{host}{rest}"
-
-
 def format_alert(alert: Alert) -> str:
     run = f" run={alert.run}" if alert.run else ""
     return f"ALERT [{alert.severity}] {alert.rule}{run} tag={alert.tag} step={alert.step}: {alert.message}"
-
-
-class Sink(abc.ABC):
-    """Receives alerts. ``emit`` must not raise and must return quickly."""
-
-    @abc.abstractmethod
-    def emit(self, alert: Alert) -> None: ...
-
-    label = "sink"
-
-    def close(self, timeout: float = 5.0) -> None:  # noqa: B027 - most sinks hold nothing
-        """Deliver what is pending (waiting at most ``timeout`` seconds)."""
-
-    def describe(self) -> str:
-        """Where the alerts go, for the line AlertMonitor logs at start (secrets masked)."""
-        return self.label
 
 
 class LogSink(Sink):
@@ -231,8 +206,10 @@ class WebhookSink(BackgroundSink):
             self.warn_once("net", f"alert webhook {mask_url(self.url)} unreachable: {reason}")
 
 
-def build_sinks(specs: Any, where: str = "sinks") -> tuple[list[Sink], list[Problem]]:
-    """Sinks from ``[log, tensorboard, {jsonl: path}, {command: [argv...]}, {webhook: url}]``."""
+def build_sinks(specs: Any, where: str = "sinks", tensorboard: str | None = None) -> tuple[list[Sink], list[Problem]]:
+    """Sinks from ``[log, tensorboard, {jsonl: path}, {command: [argv...]}, {webhook: url}, {slack: url}, ...]``.
+
+    ``tensorboard``: the team's TensorBoard URL, for the chat and mail messages' link to the run."""
     if not isinstance(specs, (list, tuple)):
         return [], [Problem(where, f"expected a list like [log, {{jsonl: alerts.jsonl}}], got {specs!r}")]
     sinks: list[Sink] = []
@@ -240,10 +217,15 @@ def build_sinks(specs: Any, where: str = "sinks") -> tuple[list[Sink], list[Prob
     allowed = ", ".join(SINK_NAMES)
     for index, spec in enumerate(specs):
         key = f"{where}[{index}]"
+        chat = [kind for kind in spec if kind in CHAT_SINKS] if isinstance(spec, dict) else []
         if spec == "log":
             sinks.append(LogSink())
         elif spec == "tensorboard":
             sinks.append(TensorBoardSink())
+        elif len(chat) == 1 or (isinstance(spec, dict) and len(spec) == 1 and "email" in spec):
+            sink, found = build_chat(spec, chat[0], tensorboard) if chat else build_email(spec["email"], tensorboard)
+            problems += [Problem(f"{key}.{sub}", message) for sub, message in found]
+            sinks += [sink] if sink is not None else []
         elif isinstance(spec, dict) and len(spec) == 1:
             ((kind, value),) = spec.items()
             sink, reason = _build_keyed(kind, value)
@@ -253,9 +235,31 @@ def build_sinks(specs: Any, where: str = "sinks") -> tuple[list[Sink], list[Prob
                 sinks.append(sink)
         else:
             problems.append(
-                Problem(key, f"expected log, tensorboard or a one-key mapping ({allowed}), got {_shown(spec)}")
+                Problem(key, f"expected log, tensorboard or a mapping naming one sink ({allowed}), got {_shown(spec)}")
             )
     return sinks, problems
+
+
+def unavailable_sinks(specs: Any, where: str = "sinks") -> list[Problem]:
+    """The sinks that cannot deliver here (a secret variable unset, a secret file unreadable): said by
+    ``mftb validate`` and at start; the other sinks carry on."""
+    found = []
+    for index, spec in enumerate(specs if isinstance(specs, (list, tuple)) else ()):
+        built, _ = build_sinks([spec], where)
+        found += [Problem(f"{where}[{index}]", _unavailable(sink)) for sink in built if sink.unavailable]
+    return found
+
+
+def _unavailable(sink: Sink) -> str:
+    return f"alert sink {sink.describe()} is off: {sink.unavailable}; the other sinks carry on"
+
+
+def usable_sinks(sinks: Sequence[Sink]) -> list[Sink]:
+    """``sinks`` without those that cannot deliver, each said once in the log."""
+    for sink in sinks:
+        if sink.unavailable:
+            logger.warning(_unavailable(sink))
+    return [sink for sink in sinks if not sink.unavailable]
 
 
 def _build_keyed(kind: Any, value: Any) -> tuple[Sink | None, str]:
@@ -292,8 +296,8 @@ def _shown(value: Any) -> str:
     return repr(value)
 
 
-def parse_sinks(specs: Any, where: str = "sinks", owner: str = "alerts") -> list[Sink]:
-    sinks, problems = build_sinks(specs, where)
+def parse_sinks(specs: Any, where: str = "sinks", owner: str = "alerts", tensorboard: str | None = None) -> list[Sink]:
+    sinks, problems = build_sinks(specs, where, tensorboard)
     if problems:
         raise ConfigError.for_owner(owner, problems)
     return sinks

@@ -6,11 +6,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from mindformers_tbplugin.alerts import culprits
+from mindformers_tbplugin.alerts.alert_text import tensorboard_url as team_tensorboard
 from mindformers_tbplugin.alerts.engine import DEFAULT_RULES, AlertEngine, build_rules, parse_rules
 from mindformers_tbplugin.alerts.expert_culprits import ExpertCulprits
 from mindformers_tbplugin.alerts.incident import IncidentRecorder
 from mindformers_tbplugin.alerts.record import Alert
-from mindformers_tbplugin.alerts.sinks import Dispatcher, build_sinks, parse_sinks
+from mindformers_tbplugin.alerts.sinks import Dispatcher, build_sinks, parse_sinks, unavailable_sinks, usable_sinks
 from mindformers_tbplugin.framework.checkpoints import checkpoints_of
 from mindformers_tbplugin.framework.data_rows import data_order_of
 from mindformers_tbplugin.framework.trainers import CLASSIC, MonitorCallback, TrainStart
@@ -44,17 +45,23 @@ class AlertMonitor(MonitorCallback):
             null: nonfinite, spike, throughput_drop, loss_scale_collapse and expert_collapse with their
             defaults.
         sinks: Where alerts go: ``log``, ``tensorboard``, ``{jsonl: path}``, ``{command: [argv...]}``,
-            ``{webhook: url}``; null: ``[log, tensorboard]``.
+            ``{webhook: url}``, ``{feishu: url, secret_env: VAR}``, ``{dingtalk: url, secret_env: VAR}``,
+            ``{wecom: url}``, ``{slack: url}``, ``{email: {host, to, from, ...}}``; null: ``[log, tensorboard]``.
+        tensorboard_url: The team's TensorBoard address, for a link to the run in chat and mail alerts;
+            null: the environment variable MFTB_TENSORBOARD_URL, else no link.
     """
 
-    def __init__(self, rules: list[dict] | None = None, sinks: list[str | dict] | None = None) -> None:
+    def __init__(
+        self, rules: list[dict] | None = None, sinks: list[str | dict] | None = None, tensorboard_url: str | None = None
+    ) -> None:
         super().__init__()
-        arguments = {"rules": rules, "sinks": sinks}
+        arguments = {"rules": rules, "sinks": sinks, "tensorboard_url": tensorboard_url}
         problems = check_entry(type(self), arguments)  # the same checks as `mftb validate`
         if problems:
             raise ConfigError.for_owner(type(self).__name__, problems)
         self.rule_specs = list(DEFAULT_RULES if rules is None else rules)
         self.sink_specs = list(DEFAULT_SINKS if sinks is None else sinks)
+        self.tensorboard_url = tensorboard_url
         self._engine: AlertEngine | None = None
         self._dispatcher: Dispatcher | None = None
         self._request_stop: Any = None
@@ -80,9 +87,11 @@ class AlertMonitor(MonitorCallback):
 
     @classmethod
     def config_warnings(cls, arguments: Mapping[str, Any]) -> list[Problem]:
-        """Rules on a tag the monitor does not write that looks like a misspelt one it does."""
+        """Rules on a tag the monitor does not write that looks like a misspelt one it does; sinks whose
+        secret is not set here."""
         found = _custom_rule_tags(arguments)
-        return [Problem(key, f"no monitor writes {tag!r}; {hint}") for key, tag, hint in found if hint]
+        warnings = [Problem(key, f"no monitor writes {tag!r}; {hint}") for key, tag, hint in found if hint]
+        return warnings + unavailable_sinks(arguments.get("sinks") or ())
 
     @classmethod
     def config_notes(cls, arguments: Mapping[str, Any]) -> list[Problem]:
@@ -100,7 +109,8 @@ class AlertMonitor(MonitorCallback):
             return  # the values are published where the main run is written
         self._several_ranks = topology.communicating
         rules = parse_rules(self.rule_specs, owner=type(self).__name__)
-        sinks = parse_sinks(self.sink_specs, owner=type(self).__name__)
+        link = team_tensorboard(self.tensorboard_url)
+        sinks = usable_sinks(parse_sinks(self.sink_specs, owner=type(self).__name__, tensorboard=link))
         self._engine = AlertEngine(rules)
         self._dispatcher = Dispatcher(sinks)
         # A default tag may exist only in some trainings: only the tags the rules name are followed.

@@ -33,6 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--jsonl", action="append", default=[], metavar="PATH", help="also append alerts to PATH")
     parser.add_argument("--webhook", action="append", default=[], metavar="URL", help="also POST alerts to URL")
+    parser.add_argument(
+        "--tensorboard-url",
+        metavar="URL",
+        help="the team's TensorBoard, for a link to the run in chat and mail alerts (default: $MFTB_TENSORBOARD_URL)",
+    )
     parser.add_argument("--once", action="store_true", help="scan once; exit 1 if any alert fired, else 0")
     parser.add_argument(
         "--interval", type=float, default=10.0, help="seconds between reads when following (default: %(default)s)"
@@ -41,9 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
+    from mindformers_tbplugin.alerts.alert_text import tensorboard_url
     from mindformers_tbplugin.alerts.engine import DEFAULT_RULES, build_rules, describe_rules
     from mindformers_tbplugin.alerts.record import Alert
-    from mindformers_tbplugin.alerts.sinks import Dispatcher, build_sinks, format_alert
+    from mindformers_tbplugin.alerts.sinks import Dispatcher, build_sinks, format_alert, usable_sinks
     from mindformers_tbplugin.alerts.watcher import Watcher
     from mindformers_tbplugin.errors import UsageError
     from mindformers_tbplugin.schema import ConfigError
@@ -59,7 +65,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     if args.interval <= 0:
         raise UsageError(f"--interval must be a positive number of seconds, got {args.interval}")
 
-    rule_specs, sink_specs = _load_config(Path(args.config)) if args.config else ([], [])
+    rule_specs, sink_specs, link = _load_config(Path(args.config)) if args.config else ([], [], None)
     flag_rules = _rules_from_flags(args.rule)
     _, problems = build_rules(flag_rules, "--rule", watcher=True)
     if problems:
@@ -72,10 +78,11 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         print(
             "mftb watch: the tensorboard sink works only inside training; alerts are printed instead", file=sys.stderr
         )
-    built, problems = build_sinks([s for s in sink_specs if s not in WATCH_ONLY_SINKS], "--webhook/--jsonl")
+    link = tensorboard_url(args.tensorboard_url or link)
+    built, problems = build_sinks([s for s in sink_specs if s not in WATCH_ONLY_SINKS], "--webhook/--jsonl", link)
     if problems:
         raise ConfigError("invalid sink:\n" + "\n".join(f"  - {p.message}" for p in problems), problems)
-    dispatcher = Dispatcher(built)
+    dispatcher = Dispatcher(usable_sinks(built))
 
     def report(alert: Alert) -> None:
         print(format_alert(alert), flush=True)
@@ -114,8 +121,9 @@ def _rules_from_flags(flags: list[str]) -> list[dict[str, Any]]:
     return specs
 
 
-def _load_config(path: Path) -> tuple[list[Any], list[Any]]:
-    """The ``rules`` and ``sinks`` lists of ``path``, validated; problems name the file, line and YAML path."""
+def _load_config(path: Path) -> tuple[list[Any], list[Any], str | None]:
+    """The ``rules`` and ``sinks`` lists of ``path`` and its ``tensorboard_url``, validated; problems name the
+    file, line and YAML path."""
     import yaml
 
     from mindformers_tbplugin.alerts.engine import build_rules
@@ -148,4 +156,5 @@ def _load_config(path: Path) -> tuple[list[Any], list[Any]]:
     if problems:
         lines = [f"  - {path}:{yaml_lines.line_of(root, p.key) or 1}: {p.render()}" for p in problems]
         raise ConfigError(f"invalid alert configuration in {path}:\n" + "\n".join(lines), problems)
-    return list(rule_specs), list(sink_specs)
+    link = section.get("tensorboard_url")
+    return list(rule_specs), list(sink_specs), link if isinstance(link, str) else None

@@ -15,11 +15,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mindformers_tbplugin.log import mask_url
+
 MASK = "******"
 # Values of keys that look secret never reach a log: the key contains one of these words anywhere...
 _SECRET_WORDS = ("password", "passwd", "secret", "credential", "private_key", "api_key", "access_key")
 # ...or its last ``_``/``-``-separated part is one of these (``hf_token``, ``ak``; not ``pad_token_id``).
 _SECRET_LAST_PARTS = {"token", "pwd", "key", "ak", "sk", "auth"}
+# Alert sinks whose URL is itself the credential (a bot's hook id, an access token): host only.
+_URL_SECRET_KEYS = {"webhook", "feishu", "dingtalk", "wecom", "slack"}
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,8 @@ def plain(value: Any, key: str = "") -> Any:
     """A YAML-safe copy of ``value``: dicts, lists, scalars; secret-looking keys masked; objects as text."""
     if key and is_secret_key(key) and value not in (None, "", False):
         return MASK
+    if key in _URL_SECRET_KEYS and isinstance(value, str) and "://" in value:
+        return mask_url(value)
     if isinstance(value, Mapping):
         return {str(k): plain(v, str(k)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -151,10 +151,10 @@ def test_sink_config_errors_are_listed_together() -> None:
     with pytest.raises(ConfigError) as caught:
         parse_sinks(["slack", {"command": "echo {rule}"}, {"webhook": "ftp://u:p@h/TOKEN"}, {"email": "a@b"}])
     text = str(caught.value)
-    assert "sinks[0]: expected log, tensorboard or a one-key mapping" in text
+    assert "sinks[0]: expected log, tensorboard or a mapping naming one sink" in text
     assert "sinks[1].command: expected a non-empty list of arguments" in text
     assert "sinks[2].webhook: expected an http:// or https:// URL, got 'ftp://***@h/***'" in text
-    assert "sinks[3].email: unknown sink 'email'" in text
+    assert "sinks[3].email: expected a mapping like {host: smtp.example.com" in text
     assert "TOKEN" not in text
 
 

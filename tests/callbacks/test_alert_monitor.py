@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import urllib.parse
 from pathlib import Path
 
 import pytest
 import yaml
+from bot_servers import BotServer
 from conftest import (
     MFTB,
     TrainingRun,
@@ -31,10 +33,20 @@ from mindformers_tbplugin.schema import params_of
 STEPS = 32
 STEP_LINE = re.compile(r"step:\[\s*(\d+)/\s*\d+\], loss:")
 DIVERGING_LR = 1.0e38  # the first update makes the weights overflow: the loss is NaN from step 2
+BOT_SECRET = "SEC-diverged-team-secret"  # the Feishu bot's signing secret, in the training's environment only
+TEAM_TENSORBOARD = "http://tensorboard.team.example:6006"
 
 
-def diverging_config(folder: Path, tiny_data: Path, steps: int = STEPS) -> Path:
-    """The tiny LLaMA with a learning rate that makes its loss NaN from step 2; AlertMonitor stops it."""
+def diverging_config(folder: Path, tiny_data: Path, steps: int = STEPS, bot: BotServer | None = None) -> Path:
+    """The tiny LLaMA with a learning rate that makes its loss NaN from step 2; AlertMonitor stops it. With
+    ``bot``: also a signed Feishu sink to it (its URL from the environment: MindFormers prints the config),
+    and a DingTalk sink whose secret variable is not set."""
+    team_sinks = []
+    if bot is not None:
+        team_sinks = [
+            {"feishu": "${MFTB_TEST_FEISHU_URL}", "secret_env": "MFTB_TEST_FEISHU_SECRET"},
+            {"dingtalk": "http://127.0.0.1:9/robot/send", "secret_env": "MFTB_TEST_UNSET_SECRET"},
+        ]
     callbacks = [
         {"type": "MFLossMonitor"},
         {"type": "TensorBoardMonitor", "log_dir": str(folder / "tb"), "experiment": "diverged"},
@@ -45,7 +57,8 @@ def diverging_config(folder: Path, tiny_data: Path, steps: int = STEPS) -> Path:
                 {"rule": "spike", "tag": "train/loss", "k": 6},
                 {"rule": "threshold", "tag": "custom/never_written", "above": 1.0},  # nothing writes it
             ],
-            "sinks": ["log", "tensorboard", {"jsonl": str(folder / "alerts.jsonl")}],
+            "sinks": ["log", "tensorboard", {"jsonl": str(folder / "alerts.jsonl")}, *team_sinks],
+            **({"tensorboard_url": TEAM_TENSORBOARD} if bot is not None else {}),
         },
         {
             "type": "CheckpointMonitor",
@@ -67,9 +80,19 @@ def diverging_config(folder: Path, tiny_data: Path, steps: int = STEPS) -> Path:
 
 
 @pytest.fixture(scope="module")
-def diverged_run(tmp_path_factory: pytest.TempPathFactory, tiny_data: Path) -> TrainingRun:
+def feishu_bot() -> BotServer:
+    """A Feishu custom bot on loopback that checks the message and recomputes its signature."""
+    bot = BotServer("feishu", secret=BOT_SECRET)
+    yield bot
+    bot.close()
+
+
+@pytest.fixture(scope="module")
+def diverged_run(tmp_path_factory: pytest.TempPathFactory, tiny_data: Path, feishu_bot: BotServer) -> TrainingRun:
     folder = tmp_path_factory.mktemp("diverged")
-    run = train(diverging_config(folder, tiny_data), folder)
+    env = subprocess_env(MFTB_TEST_FEISHU_SECRET=BOT_SECRET, MFTB_TEST_FEISHU_URL=feishu_bot.url)
+    env.pop("MFTB_TEST_UNSET_SECRET", None)
+    run = train(diverging_config(folder, tiny_data, bot=feishu_bot), folder, env=env)
     assert run.returncode == STOPPED_BY_ALERT, run.output[-5000:]
     return run
 
@@ -86,7 +109,8 @@ def test_it_says_at_start_what_it_watches_and_at_the_end_what_nothing_wrote(dive
     jsonl = diverged_run.folder / "alerts.jsonl"
     assert (
         "AlertMonitor: rules nonfinite on train/loss, train/grad_norm (stop); spike on train/loss (warn); "
-        f"threshold on custom/never_written (warn); alerts to log, tensorboard, jsonl {jsonl}"
+        f"threshold on custom/never_written (warn); alerts to log, tensorboard, jsonl {jsonl}, "
+        "feishu ${MFTB_TEST_FEISHU_URL}"
     ) in diverged_run.output
     assert (
         "AlertMonitor: the rules watched custom/never_written, which nothing wrote in this training; check"
@@ -136,6 +160,51 @@ def test_the_jsonl_sink_holds_the_alert(diverged_run: TrainingRun) -> None:
     ]
     assert records[0]["severity"] == "critical" and records[0]["message"] == "train/loss is nan at step 2"
     assert records[0]["run"] == diverged_run.run_dir.name  # the main run's folder below log_dir
+
+
+def test_the_team_chat_got_one_signed_message_matching_the_incident(
+    diverged_run: TrainingRun, feishu_bot: BotServer
+) -> None:
+    """The Feishu bot on loopback checked the payload and recomputed the signature with the secret the
+    training read from its environment; the message says what the jsonl record (the incident) says."""
+    (record,) = [json.loads(line) for line in (diverged_run.folder / "alerts.jsonl").read_text().splitlines()]
+    assert feishu_bot.requests == 1  # one message for the one alert, accepted at the first try
+    (text,) = feishu_bot.received
+    lines = text.splitlines()
+    run, incident = record["run"], record["incident"]
+    assert lines[0] == f"[critical] nonfinite on train/loss at step {record['step']} on run {run}"
+    assert lines[1:6] == [
+        f"rule: {record['rule']} ({record['severity']}, action {record['action']})",
+        f"run: {run}",
+        f"step: {record['step']}",
+        f"tag: {record['tag']}",
+        f"value: {record['value']}",
+    ]
+    ranks = ", ".join(f"rank {entry['rank']} {entry['value']}" for entry in incident["ranks"])
+    assert f"ranks by train/loss, highest first: {ranks}" in lines
+    assert f"last checkpoint before it: {incident['checkpoint']['path']} (step {incident['checkpoint']['step']})" in (
+        lines
+    )
+    start = lines.index("resume with:")
+    assert lines[start + 1 : start + 1 + len(incident["resume"])] == [f"    {line}" for line in incident["resume"]]
+    run_filter = urllib.parse.quote(re.escape(run), safe="")
+    assert lines[-1] == f"TensorBoard: {TEAM_TENSORBOARD}/?runFilter={run_filter}#timeseries"
+
+
+def test_a_sink_whose_secret_is_unset_is_said_at_start_and_secrets_stay_out_of_logs(diverged_run: TrainingRun) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    assert (
+        "alert sink dingtalk http://127.0.0.1:9/*** is off: environment variable MFTB_TEST_UNSET_SECRET is not set; "
+        "the other sinks carry on"
+    ) in diverged_run.output
+    accumulator = EventAccumulator(str(diverged_run.run_dir))
+    accumulator.Reload()
+    (config,) = accumulator.Tensors("run/config")
+    logged = config.tensor_proto.string_val[0].decode()
+    assert "feishu: ${MFTB_TEST_FEISHU_URL}" in logged and "dingtalk: http://127.0.0.1:9/***" in logged
+    for text in (logged, diverged_run.output):
+        assert BOT_SECRET not in text and "HOOK-ID-SECRET" not in text
 
 
 def test_logs_and_checkpoint_are_closed_normally(diverged_run: TrainingRun) -> None:
@@ -219,6 +288,34 @@ def test_bad_alert_monitor_config_fails_before_training(tmp_path: Path, tiny_dat
     assert "expected an http:// or https:// URL" in run.output
     assert "TOKEN" not in run.output
     assert "Traceback" not in run.output
+
+
+def test_validate_says_which_sink_has_no_secret_and_masks_bot_urls(tmp_path: Path) -> None:
+    config = tmp_path / "team.yaml"
+    config.write_text(
+        "callbacks:\n"
+        "  - type: TensorBoardMonitor\n"
+        "  - type: AlertMonitor\n"
+        "    sinks:\n"
+        "      - log\n"
+        '      - {dingtalk: "https://oapi.dingtalk.com/robot/send?access_token=TOKEN123", secret_env: MFTB_TEST_UNSET}'
+        "\n"
+        '      - {wecom: "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=KEY123", secret_env: X}\n'
+    )
+    env = subprocess_env()
+    env.pop("MFTB_TEST_UNSET", None)
+    bad = subprocess.run([MFTB, "validate", str(config)], env=env, capture_output=True, text=True)
+    assert bad.returncode != 0
+    assert "callbacks[1].sinks[2].secret_env (line 7): unknown option of the wecom sink" in bad.stdout + bad.stderr
+    config.write_text("\n".join(config.read_text().splitlines()[:-1]) + "\n")
+    good = subprocess.run([MFTB, "validate", str(config)], env=env, capture_output=True, text=True)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert (
+        "warning: callbacks[1].sinks[1] (line 6): alert sink dingtalk https://oapi.dingtalk.com/*** is off: "
+        "environment variable MFTB_TEST_UNSET is not set; the other sinks carry on"
+    ) in good.stdout
+    for output in (bad, good):
+        assert "TOKEN123" not in output.stdout + output.stderr and "KEY123" not in output.stdout + output.stderr
 
 
 def _readme_default(value: object) -> str:

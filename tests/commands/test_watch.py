@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import tensorboardX
+from bot_servers import URL_TOKENS, BotServer
 from conftest import MFTB, subprocess_env
 from fakes import tensor_scalar_summary
 
@@ -141,3 +142,42 @@ def test_config_file_rules_and_sinks_are_used(tmp_path: Path) -> None:
     assert "tensorboard sink works only inside training" in result.stderr
     assert json.loads(out.read_text().splitlines()[0])["rule"] == "threshold"
     assert os.path.getsize(out) > 0
+
+
+def test_chat_sinks_from_the_config_with_a_link_and_a_sink_without_its_secret(tmp_path: Path) -> None:
+    write_tbx_run(tmp_path / "runs" / "exp" / "broken", 60, nan_at=40)
+    dingtalk, slack = BotServer("dingtalk", secret="SEC-watch-secret"), BotServer("slack")
+    config = tmp_path / "alerts.yaml"
+    config.write_text(
+        "rules: [{rule: nonfinite}]\n"
+        "tensorboard_url: http://tb.team:6006\n"
+        "sinks:\n"
+        f"  - {{dingtalk: '{dingtalk.url}', secret_env: MFTB_TEST_DING_SECRET}}\n"
+        "  - {slack: '${MFTB_TEST_SLACK_URL}'}\n"
+        "  - {feishu: 'https://open.feishu.cn/open-apis/bot/v2/hook/HOOK-ID-SECRET', secret_env: MFTB_TEST_UNSET}\n"
+    )
+    env = subprocess_env(MFTB_TEST_DING_SECRET="SEC-watch-secret", MFTB_TEST_SLACK_URL=slack.url)
+    env.pop("MFTB_TEST_UNSET", None)
+    try:
+        result = subprocess.run(
+            [MFTB, "watch", str(tmp_path / "runs"), "--once", "--config", str(config)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        dingtalk.close()
+        slack.close()
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert (
+        "alert sink feishu https://open.feishu.cn/*** is off: environment variable MFTB_TEST_UNSET is not set; "
+        "the other sinks carry on"
+    ) in result.stderr
+    link = "TensorBoard: http://tb.team:6006/?runFilter=exp%2Fbroken#timeseries"
+    for bot in (dingtalk, slack):  # the signed DingTalk request was checked by the bot, the Slack one too
+        (text,) = bot.received
+        lines = text.splitlines()
+        assert lines[0] == "[critical] nonfinite on train/loss at step 40 on run exp/broken"
+        assert "value: nan" in lines and lines[-1] == link
+    assert not any(token in result.stdout + result.stderr for token in URL_TOKENS)

@@ -53,6 +53,25 @@ def test_an_unset_secret_stays_unset_so_the_config_shows_it_is_missing() -> None
     }
 
 
+def test_alert_sink_urls_keep_only_their_host() -> None:
+    """A bot's URL is its credential (hook id, access token): in the logged config only its host stays."""
+    sinks = [
+        {"feishu": "https://open.feishu.cn/open-apis/bot/v2/hook/HOOK-ID"},
+        {"dingtalk": "https://oapi.dingtalk.com/robot/send?access_token=TOKEN", "secret_env": "DING"},
+        {"webhook": "https://user:pw@hooks.example.com/x"},
+        {"slack": "${TEAM_SLACK_URL}"},  # from the environment: nothing to mask
+    ]
+    assert plain({"sinks": sinks, "tensorboard_url": "http://tb.team:6006/"}) == {
+        "sinks": [
+            {"feishu": "https://open.feishu.cn/***"},
+            {"dingtalk": "https://oapi.dingtalk.com/***", "secret_env": MASK},
+            {"webhook": "https://***@hooks.example.com/***"},
+            {"slack": "${TEAM_SLACK_URL}"},
+        ],
+        "tensorboard_url": "http://tb.team:6006/",
+    }
+
+
 def test_objects_become_yaml_safe_values() -> None:
     class WithDict:
         def to_dict(self) -> dict[str, Any]:
