@@ -92,24 +92,19 @@ def decode(text: str | bytes) -> StatusRecord:
         raise RecordError(f"not JSON ({exc})") from None
     if not isinstance(raw, dict):
         raise RecordError("not a JSON object")
-    known = {f.name for f in fields(StatusRecord)}
-    record = StatusRecord(**{key: value for key, value in raw.items() if key in known})
     for name, kinds in _CHECKED.items():
-        value = getattr(record, name)
-        if not isinstance(value, kinds) or isinstance(value, bool):
+        value = raw.get(name)
+        if not isinstance(value, kinds) or value is True or value is False:
             raise RecordError(f"field {name!r} is {value!r}")
-    return record
+    return StatusRecord(**{key: value for key, value in raw.items() if key in _FIELDS})
 
 
+_FIELDS = frozenset(f.name for f in fields(StatusRecord))
 _NUMBER = (int, float)
-_CHECKED: dict[str, tuple[type, ...]] = {
+_CHECKED: dict[str, tuple[type, ...]] = {  # the fields a record must have, and those a reader computes with
     "started": _NUMBER,
     "updated": _NUMBER,
     "state": (str,),
-    "experiment": (str,),
-    "owner": (str,),
-    "world_size": (int,),
-    "alerts": (int,),
     "step": (int, type(None)),
     "total_steps": (int, type(None)),
     "loss": (*_NUMBER, type(None)),

@@ -27,11 +27,13 @@ from mindformers_tbplugin.viewer.run_row import FROM_EVENTS, STATES, UNKNOWN, UN
 _RANK_RUN = re.compile(r"rank_\d+$")  # a multi-rank job's per-rank runs, inside its run folder
 
 
-def run_folders(root: Path) -> Iterator[tuple[Path, list[str]]]:
+def run_folders(root: Path) -> Iterator[tuple[str, list[str]]]:
     """``(folder, its file names)`` of every run under ``root`` (itself included): a folder holding a status
     record or an event file. A run's ``rank_<id>`` folders belong to it and are not entered; hidden
-    folders are skipped. A folder that cannot be listed is yielded with no names (its row says so)."""
-    stack = [root]
+    folders are skipped. A folder that cannot be listed is yielded with no names (its row says so).
+    Folders are plain strings: 10,000 runs list in about a second, and pathlib's objects would double it."""
+    top = os.fspath(root).rstrip(os.sep) or os.sep
+    stack = [top]
     while stack:
         folder = stack.pop()
         try:
@@ -45,32 +47,34 @@ def run_folders(root: Path) -> Iterator[tuple[Path, list[str]]]:
                     else:
                         names.append(entry.name)
         except OSError:
-            if folder != root:
+            if folder != top:
                 yield folder, []
             continue
         is_run = STATUS_FILE in names or any(EVENT_FILE_MARKER in name for name in names)
         if is_run:
             yield folder, names
-        stack.extend(
-            folder / name for name in sorted(subfolders, reverse=True) if not (is_run and _RANK_RUN.match(name))
-        )
+        subfolders.sort(reverse=True)
+        stack.extend(f"{folder}{os.sep}{name}" for name in subfolders if not (is_run and _RANK_RUN.match(name)))
 
 
 def list_runs(root: Path, stale_after: float, now: float | None = None) -> list[RunRow]:
     """A row for every run under ``root``, at ``now`` (default: the current time)."""
     now = time.time() if now is None else now
-    return [row_of(root, folder, names, now, stale_after) for folder, names in run_folders(root)]
+    top = os.fspath(root).rstrip(os.sep) or os.sep
+    return [row_of(top, folder, names, now, stale_after) for folder, names in run_folders(root)]
 
 
-def row_of(root: Path, folder: Path, names: list[str], now: float, stale_after: float) -> RunRow:
-    name = folder.relative_to(root).as_posix() if folder != root else "."
+def row_of(root: str, folder: str, names: list[str], now: float, stale_after: float) -> RunRow:
+    name = folder[len(root) :].lstrip(os.sep).replace(os.sep, "/") or "."
     if not names:
         return RunRow(name, UNREADABLE, source="", problem="the folder cannot be listed (permissions?)")
     events = sorted(n for n in names if EVENT_FILE_MARKER in n)
     if STATUS_FILE not in names:
-        return run_tails.row_from_events(RunRow(name, UNKNOWN, source=FROM_EVENTS), folder, events, now, stale_after)
+        row = RunRow(name, UNKNOWN, source=FROM_EVENTS)
+        return run_tails.row_from_events(row, Path(folder), events, now, stale_after)
     try:
-        record = status_record.decode((folder / STATUS_FILE).read_bytes())
+        with open(f"{folder}{os.sep}{STATUS_FILE}", "rb") as handle:
+            record = status_record.decode(handle.read())
     except (OSError, RecordError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else str(exc)
         return RunRow(name, UNREADABLE, problem=f"{STATUS_FILE}: {reason}")
@@ -97,7 +101,7 @@ def row_of(root: Path, folder: Path, names: list[str], now: float, stale_after: 
         last_incident_step=record.last_incident_step,
     )
     if state == STALE and events:  # how far it really got: the record may be up to a cadence behind
-        run_tails.advance(row, folder / events[-1])
+        run_tails.advance(row, Path(folder, events[-1]))
     return row
 
 
