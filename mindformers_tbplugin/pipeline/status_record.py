@@ -59,6 +59,8 @@ class StatusRecord:
 
     def see(self, step: int, values: dict[str, float], now: float) -> None:
         """One step's values as the main run's writer wrote them (on its thread)."""
+        if not any(map(metrics.on_step_axis, values)):
+            return  # the x-axis twins' "step" is a sample or token count
         if self.step is None or step > self.step:
             if self.progressed is not None and self.step is not None:
                 self.step_interval = (now - self.progressed) / (step - self.step)

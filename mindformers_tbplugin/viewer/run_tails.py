@@ -50,7 +50,8 @@ def read_tail(path: Path) -> Tail:
         event = decode_event(payload)
         if event is None:
             continue
-        if event.values and (tail.step is None or event.step >= tail.step):
+        on_steps = any(metrics.on_step_axis(value.tag) for value in event.values)
+        if on_steps and (tail.step is None or event.step >= tail.step):
             tail.step = event.step
         for value in event.values:
             number = None if value.simple_value is None else status_record.finite(value.simple_value)

@@ -34,7 +34,9 @@ def test_the_tiny_trainings_record_matches_its_event_files(tiny_run: TrainingRun
     accumulator = EventAccumulator(str(run_dir), size_guidance={TENSORS: 0})
     accumulator.Reload()
     (status,) = accumulator.Tensors("meta/status")
-    last_step = max(step for series in scalars.values() for step, _ in series)
+    # the "vs tokens" twins are written at a token count: not a step
+    assert scalars["train/loss_vs_tokens"][-1][0] > scalars["train/loss"][-1][0]
+    last_step = max(step for tag, series in scalars.items() if "_vs_" not in tag for step, _ in series)
     assert (record.state, record.detail) == (FINISHED, status.tensor_proto.string_val[0].decode())
     assert record.detail == "completed at step 32"
     assert (record.step, record.total_steps) == (last_step, 32)
@@ -68,6 +70,7 @@ def test_alerts_and_an_early_close_reach_the_record(tmp_path: Path) -> None:
     run.note_alert("spike", 7, True)
     run.note_alert("stall", 9, False)  # a stall carries no incident
     writer.add_scalars(9, {"train/loss": float("nan")})
+    writer.add_scalars(9 * 64, {"train/loss_vs_samples": 1.0})  # a twin's step counts samples
     writer.close()  # before any end state: the process ended during training
     record = _record(tmp_path)
     assert (record.state, record.detail) == (FAILED, "the process ended during training, after step 9")
