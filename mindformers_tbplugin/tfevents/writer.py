@@ -178,6 +178,7 @@ class RunWriter:
                     self._write(lambda built=event: built)
             elif kind == _FLUSH:
                 self._flush_file()
+                self._after_drain(False)  # a flush carries what the hook writes too
                 item[1].set()
             elif kind == _CLOSE:
                 self._report_dropped()  # also when the stall ends only at close

@@ -60,6 +60,7 @@ def test_the_table_route_answers_the_rows_and_says_what_is_wrong(tmp_path: Path)
 
     empty = RunsPlugin(base_plugin.TBContext(logdir=str(tmp_path)))
     assert empty.is_active() is False
+    assert RunsPlugin(base_plugin.TBContext(logdir="")).is_active() is False  # --logdir_spec: no local folder
     _two_runs(tmp_path)
     plugin = RunsPlugin(base_plugin.TBContext(logdir=str(tmp_path)))
     assert plugin.is_active() is True
