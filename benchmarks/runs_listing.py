@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import random
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -134,6 +135,13 @@ def _route(root: Path, scratch: Path, tries: int) -> tuple[list[float], int, str
 def measure(count: int, keep: Path | None = None, tries: int = 3) -> dict:
     scratch = Path(tempfile.mkdtemp(prefix="mftb-runs-bench-"))
     root = keep or scratch / "root"
+    try:
+        return _measure(root, scratch, count, tries)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _measure(root: Path, scratch: Path, count: int, tries: int) -> dict:
     began = time.perf_counter()
     generate(root, count)
     result = {"count": count, "generate_s": time.perf_counter() - began}

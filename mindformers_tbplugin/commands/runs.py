@@ -99,7 +99,7 @@ def _print_once(root: Path, args: argparse.Namespace, states: set[str], since: f
     shown = runs_table.select(rows, states, since, args.experiment)
     shown = runs_table.sort_rows(shown, args.sort, args.reverse)
     if args.json:
-        print(json.dumps([row.as_json() for row in shown], indent=1, allow_nan=False))
+        print(json.dumps([row.as_json() for row in shown], separators=(",", ":"), allow_nan=False))
         return
     print("\n".join(runs_text.table(shown)))
     print(runs_text.summary(rows, len(shown), str(root), time.perf_counter() - began))
