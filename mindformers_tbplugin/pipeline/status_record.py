@@ -62,8 +62,8 @@ class StatusRecord:
         if not any(map(metrics.on_step_axis, values)):
             return  # the x-axis twins' "step" is a sample or token count
         if self.step is None or step > self.step:
-            if self.progressed is not None and self.step is not None:
-                self.step_interval = (now - self.progressed) / (step - self.step)
+            if self.progressed is not None:  # between logged steps (log_every apart), not per step
+                self.step_interval = now - self.progressed
             self.step, self.progressed = step, now
         loss = values.get(metrics.TRAIN_LOSS)
         if loss is not None and (self.loss_step is None or step >= self.loss_step):

@@ -66,6 +66,8 @@ def test_sigterm_writes_every_point_and_the_status_and_keeps_the_exit_status(tmp
     (run_dir,) = run_dirs(tmp_path / "tb")
     (status,) = _texts(run_dir, "meta/status")
     last_logged = int(status.removeprefix("terminated at step "))
+    record = json.loads((run_dir / "mftb_status.json").read_text())  # `mftb runs`: a SIGTERM is a failure
+    assert (record["state"], record["detail"], record["step"]) == ("failed", status, last_logged)
     # The signal may land between MFLossMonitor's print and our callback in the same step.
     assert last_logged in (last_printed - 1, last_printed)
     assert [step for step, _ in read_scalars(run_dir)["train/loss"]] == list(range(1, last_logged + 1))
