@@ -15,7 +15,7 @@ DESCRIPTION = (
     "time and duration, state (running, stale, failed, stopped by alert, finished; unknown or unreadable for a "
     "folder that does not say), last step of total, last loss, tokens per second per device, MFU, alerts fired "
     "and the last incident's step. Read from each run's status record (mftb_status.json); a run without one (an "
-    "older release, an imported folder) from its event files' names, times and last 64 KiB. Exit status: 0 "
+    "older release, an imported folder) from its event files' names, times and last 16 KiB. Exit status: 0 "
     "(also when no run is found), 2 for a wrong option or a ROOT that is not a folder."
 )
 DEFAULT_WATCH_SECS = 5.0

@@ -107,14 +107,13 @@ class RecordReader:
                 want = CHUNK_BYTES if used else max(CHUNK_BYTES, HEADER_BYTES + _unpack_u64(buf, 0)[0] + FOOTER_BYTES)
 
 
-TAIL_BYTES = 64 << 10
 # Where a record may start in a tail read from an arbitrary offset: a length below 64 KiB (its six high
 # bytes zero) and an Event payload, whose first field is wall_time (key 0x09). The header's checksum then
 # decides, and the records must chain from there.
 _RECORD_START = re.compile(rb"(?=(?s:..\x00{6}.{4}\x09))")
 
 
-def tail_payloads(path: str | os.PathLike, max_bytes: int = TAIL_BYTES) -> list[bytes]:
+def tail_payloads(path: str | os.PathLike, max_bytes: int) -> list[bytes]:
     """The payloads (checksums matching) of the complete records in the last ``max_bytes`` of a file,
     in file order, without reading the rest: the first record start found in that window from which
     the headers chain to the end (or to a torn tail)."""

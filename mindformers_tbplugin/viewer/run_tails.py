@@ -1,7 +1,7 @@
 """A row for a run without a status record (an older release's, or a plain TensorBoard folder such as
 ``mftb import`` writes), from what is cheap to read: the folder's name (experiment and start time, when
 it has the monitor's ``<experiment>_<YYYYmmdd-HHMMSS>`` form), the event files' names (start time and
-host), their owner and modification times (the last write), and the last 64 KiB of the newest one (the
+host), their owner and modification times (the last write), and the last 16 KiB of the newest one (the
 last step, loss, throughput, MFU and ``meta/status``, which says how a monitored training ended).
 Nothing else of the event files is read.
 """
@@ -12,13 +12,13 @@ import os
 import pwd
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
 from pathlib import Path
 
 from mindformers_tbplugin.pipeline import metrics, status_record
-from mindformers_tbplugin.tfevents.decode import decode_event, tensor_strings
+from mindformers_tbplugin.tfevents.decode import Event, decode_event, tensor_strings
 from mindformers_tbplugin.tfevents.records import tail_payloads
 from mindformers_tbplugin.tfevents.run_folders import TIMESTAMP_FORMAT
 from mindformers_tbplugin.viewer.run_row import UNREADABLE, RunRow
@@ -34,6 +34,11 @@ _ENDINGS = (
 )
 
 
+WINDOWS = (16 << 10, 256 << 10)
+ENOUGH_RECORDS = 8
+_NUMBERS = {metrics.TRAIN_LOSS: "loss", metrics.PERF_TOKENS_PER_S: "tokens_per_s", metrics.PERF_MFU: "mfu"}
+
+
 @dataclass
 class Tail:
     step: int | None = None
@@ -41,32 +46,37 @@ class Tail:
     tokens_per_s: float | None = None
     mfu: float | None = None
     status: str = ""  # the last meta/status text
+    seen: set[str] = field(default_factory=set)  # the tags whose newest value was taken
 
 
 def read_tail(path: Path) -> Tail:
-    """What the last records of one event file say (OSError when it cannot be read)."""
-    tail = Tail()
-    for payload in tail_payloads(path):
-        event = decode_event(payload)
-        if event is None:
-            continue
-        on_steps = any(metrics.on_step_axis(value.tag) for value in event.values)
-        if on_steps and (tail.step is None or event.step >= tail.step):
-            tail.step = event.step
-        for value in event.values:
-            number = None if value.simple_value is None else status_record.finite(value.simple_value)
-            if value.tag == metrics.META_STATUS and value.tensor is not None:
-                texts = tensor_strings(value.tensor)
-                tail.status = texts[0].decode("utf-8", "replace") if texts else tail.status
-            elif number is None:
-                continue
-            elif value.tag == metrics.TRAIN_LOSS:
-                tail.loss = number
-            elif value.tag == metrics.PERF_TOKENS_PER_S:
-                tail.tokens_per_s = number
-            elif value.tag == metrics.PERF_MFU:
-                tail.mfu = number
+    """What the last records of one event file say (OSError when it cannot be read): the last 16 KiB,
+    or 256 KiB when those hold no step (large records at the end), decoded newest first until the step
+    and loss are known and a few more records were seen (``meta/status`` is among the last ones)."""
+    for window in WINDOWS:
+        tail = Tail()
+        for seen, payload in enumerate(reversed(tail_payloads(path, window))):
+            if seen >= ENOUGH_RECORDS and tail.step is not None and metrics.TRAIN_LOSS in tail.seen:
+                break
+            event = decode_event(payload)
+            if event is not None:
+                _take(tail, event)
+        if tail.step is not None:
+            break
     return tail
+
+
+def _take(tail: Tail, event: Event) -> None:
+    """An older record's values, where a newer one has not set them."""
+    if any(metrics.on_step_axis(value.tag) for value in event.values) and (tail.step is None or event.step > tail.step):
+        tail.step = event.step
+    for value in event.values:
+        if value.tag == metrics.META_STATUS and value.tensor is not None and not tail.status:
+            texts = tensor_strings(value.tensor)
+            tail.status = texts[0].decode("utf-8", "replace") if texts else ""
+        elif value.simple_value is not None and value.tag in _NUMBERS and value.tag not in tail.seen:
+            tail.seen.add(value.tag)  # the newest value, even a NaN (said as none)
+            setattr(tail, _NUMBERS[value.tag], status_record.finite(value.simple_value))
 
 
 def advance(row: RunRow, path: Path) -> None:

@@ -75,7 +75,7 @@ def test_a_stale_row_takes_the_step_its_event_file_reached(tmp_path: Path) -> No
 def test_a_run_without_a_record_gets_a_row_from_its_event_files_tail(tmp_path: Path) -> None:
     run_dir = tmp_path / "old" / "llama_20261201-101010"
     writer = RunWriter(run_dir)
-    for step in range(1, 5001):  # ~330 kB: only the last 64 KiB are read
+    for step in range(1, 5001):  # ~330 kB: only the last 16 KiB are read
         writer.add_scalars(step, {"train/loss": 3.0 - step / 5000, "perf/tokens_per_s": 1000.0 + step})
     writer.add_scalars(5000 * 64, {"train/loss_vs_tokens": 2.0})  # a twin's step counts tokens
     writer.add_text(5000, "meta/status", "stopped by AlertMonitor (spike on train/loss) at step 5000")
