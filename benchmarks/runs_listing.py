@@ -77,6 +77,16 @@ def generate(root: Path, count: int, now: float | None = None, seed: int = 0) ->
         status_record.write(run_dir, record)
 
 
+def generate_without_records(root: Path, count: int, steps: int = 2000) -> None:
+    """``count`` runs as an older release wrote them: no status record, one event file of ``steps`` steps."""
+    events = (encode_scalars_event(s, 1.7e9 + s, {"train/loss": 2.0, "train/lr": 1e-4}) for s in range(1, steps + 1))
+    blob = b"".join(map(frame_record, events))
+    for index in range(count):
+        run_dir = root / f"job_{index // RUNS_PER_JOB:04d}" / f"llama_20261201-1010{index % 60:02d}-{index}"
+        run_dir.mkdir(parents=True)
+        (run_dir / f"events.out.tfevents.1700000000.node{index % 8}.{index}.0").write_bytes(blob)
+
+
 def entry_point_shim(folder: Path) -> dict[str, str]:
     """Environment variables that make a child TensorBoard find the ``runs`` plugin when this
     environment's installed metadata predates its entry point (an editable install made before it):
@@ -156,6 +166,12 @@ def _measure(root: Path, scratch: Path, count: int, tries: int) -> dict:
     result["cli"] = _median_pair([_mftb(str(root)) for _ in range(tries)])
     result["cli_json"] = _median_pair([_mftb(str(root), "--json") for _ in range(tries)])
     result["load"] = os.getloadavg()[0]
+    older = scratch / "older"
+    generate_without_records(older, count // 10)
+    runs_table.list_runs(older, status_record.DEFAULT_STALE_AFTER_SECS)
+    began, cpu = time.perf_counter(), time.process_time()
+    result["older_listed"] = len(runs_table.list_runs(older, status_record.DEFAULT_STALE_AFTER_SECS))
+    result["older"] = (time.perf_counter() - began, time.process_time() - cpu)
     result["route_s"], result["route_bytes"], result["route_note"] = _route(root, scratch, tries)
     return result
 
@@ -186,6 +202,8 @@ def markdown_section(quick: bool, keep: Path | None = None) -> tuple[str, list[s
         "| the listing in-process (`viewer/runs_table.list_runs`, {:,} rows) | {:.2f} | {:.2f} |".format(
             result["listed"], *result["in_process"]
         ),
+        "| the listing in-process, {:,} runs of an older release (no status record; 2,000 steps each: the "
+        "newest event file's tail) | {:.2f} | {:.2f} |".format(result["older_listed"], *result["older"]),
     ]
     if route:
         size = dashboard_timing.size(result["route_bytes"])
