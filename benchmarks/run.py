@@ -31,6 +31,7 @@ from benchmarks import (
     pynative_cost,
     queue_memory,
     ranks_dashboard,
+    runs_listing,
     signals_cost,
     stable_rank_cost,
     training_overhead,
@@ -55,6 +56,7 @@ SECTIONS = [
     pynative_cost,
     ranks_dashboard,
     moe_dashboard,
+    runs_listing,
 ]
 
 TARGET_US = 20.0

@@ -167,6 +167,7 @@ class AlertMonitor(MonitorCallback):
     def _report(self, step: int, alerts: list[Alert]) -> None:
         for alert in map(self._incidents.attach, alerts):
             self.fired.append(alert)
+            self._run.note_alert(alert.rule, alert.step, alert.incident is not None)
             self._dispatcher.dispatch(alert)
             if alert.action == "stop" and self._request_stop is not None:
                 self._stop(step, alert)
@@ -203,6 +204,7 @@ class AlertMonitor(MonitorCallback):
         self._run.unsubscribe_expert_loads(self._experts.remember)
         for alert in map(self._incidents.attach, self._held):  # their group norms never came; no stop now
             self.fired.append(alert)
+            self._run.note_alert(alert.rule, alert.step, alert.incident is not None)
             self._dispatcher.dispatch(alert)
         self._held = []
         unwritten = sorted(self._unwritten)

@@ -117,6 +117,11 @@ BUILTIN_FAMILIES = (
 _X_AXIS_TWINS = frozenset(t + suffix for t in X_AXIS_VARIANT_TAGS for suffix in (VS_SAMPLES_SUFFIX, VS_TOKENS_SUFFIX))
 
 
+def on_step_axis(tag: str) -> bool:
+    """False for the "vs samples" / "vs tokens" twins, written at a step that counts samples or tokens."""
+    return not tag.endswith((VS_SAMPLES_SUFFIX, VS_TOKENS_SUFFIX))
+
+
 def is_builtin_tag(tag: str) -> bool:
     return tag in BUILTIN_TAGS or tag in _X_AXIS_TWINS or tag.startswith(BUILTIN_FAMILIES)
 

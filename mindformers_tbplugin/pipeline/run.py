@@ -104,10 +104,15 @@ class Run:
         self.monitor: RunningMonitor | None = None
         self.gradient_groups = False  # the monitor writes per-layer gradient norms (grad_norm/<group>)
         self.stop = JobStop()
+        self.alerts: list[tuple[str, int, bool]] = []  # (rule, step, carries an incident) of each alert reported
         self._listeners: list[Listener] = []
         self._expert_load_listeners: list[ExpertLoadListener] = []
         self._settlers: list[Callable[[], None]] = []
         self._rank_losses: deque[tuple[int, Any]] = deque(maxlen=RANK_LOSS_STEPS)
+
+    def note_alert(self, rule: str, step: int, incident: bool) -> None:
+        """An alert reported (for the run's status record, read on the writer thread: append only)."""
+        self.alerts.append((rule, step, incident))
 
     # -- the values written to the main run ---------------------------------------------------------
     def subscribe(self, listener: Listener) -> None:

@@ -31,8 +31,10 @@ from mindformers_tbplugin.pipeline import custom_metrics, expert_routing, histog
 from mindformers_tbplugin.pipeline.metrics import MetricKind, StepMetrics
 from mindformers_tbplugin.pipeline.routing import MetricRouter, RouterOptions
 from mindformers_tbplugin.pipeline.run import Run, training_run
+from mindformers_tbplugin.pipeline.status_record import FAILED, FINISHED, STOPPED
 from mindformers_tbplugin.registration import exit_status
 from mindformers_tbplugin.session import run_folder, run_record
+from mindformers_tbplugin.session.status_writer import StatusWriter
 from mindformers_tbplugin.session.step_backlog import StepBacklog
 from mindformers_tbplugin.session.step_reads import StepReads
 from mindformers_tbplugin.session.tensorboard_options import TensorBoardOptions
@@ -103,6 +105,7 @@ class MonitorSession:
             if self.stable_ranks is None:
                 logger.warning("%s: stable_rank_params %s chooses no 2-D or 3-D weight: no stable rank", NAME, patterns)
         self.writer: RunWriter | None = None  # the main run (writing rank only)
+        self.status: StatusWriter | None = None  # its status record, kept by its writer thread
         self.rank_run_dir: Path | None = None
         self.resumed_from: int | None = None  # the restored step, when this run continues another
         # What a step's begin and end check before doing more than the every-step work (see step_ended).
@@ -140,6 +143,10 @@ class MonitorSession:
                 run_folder.mark_restart(self.writer, self.step + 1, self.resumed_from, start.checkpoint)
                 logger.info("%s: continuing %s after step %d", NAME, self.run_dir, self.resumed_from)
             on_sigterm(self._on_sigterm)
+            self.status = StatusWriter(
+                self.run_dir, experiment, topology, hosts, run, start.final_step, self.resumed_from
+            )
+            self.status.attach(self.writer)
         per_rank = options.per_rank_system is True or (
             options.per_rank_system == "auto" and topology.world_size <= options.per_rank_limit
         )
@@ -403,6 +410,8 @@ class MonitorSession:
         if self.writer is not None:
             status = status or (stop.status() if stop else f"completed at step {self.step}")
             self.writer.add_text(self.step, metrics.META_STATUS, status)
+            if self.status is not None:
+                self.status.end(FINISHED if clean and stop is None else STOPPED if clean else FAILED, status)
             if self.options.log_hparams:  # a stop by an alert is no success
                 run_record.write_end(self.writer, self.step, clean and stop is None)
         for writer in (self.writer, router.rank_run):

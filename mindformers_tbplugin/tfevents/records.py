@@ -8,6 +8,7 @@ incomplete, normal while a writer appends) from a *corrupt* one (a checksum does
 from __future__ import annotations
 
 import os
+import re
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -104,3 +105,29 @@ class RecordReader:
                     return
                 # A record larger than a chunk is read whole on the next round.
                 want = CHUNK_BYTES if used else max(CHUNK_BYTES, HEADER_BYTES + _unpack_u64(buf, 0)[0] + FOOTER_BYTES)
+
+
+# Where a record may start in a tail read from an arbitrary offset: a length below 64 KiB (its six high
+# bytes zero) and an Event payload, whose first field is wall_time (key 0x09). The header's checksum then
+# decides, and the records must chain from there.
+_RECORD_START = re.compile(rb"(?=(?s:..\x00{6}.{4}\x09))")
+
+
+def tail_payloads(path: str | os.PathLike, max_bytes: int) -> list[bytes]:
+    """The payloads (checksums matching) of the complete records in the last ``max_bytes`` of a file,
+    in file order, without reading the rest: the first record start found in that window from which
+    the headers chain to the end (or to a torn tail)."""
+    with open(path, "rb") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        start = max(0, size - max_bytes)
+        handle.seek(start)
+        buf = handle.read(size - start)
+    offsets = [0] if start == 0 else (match.start() for match in _RECORD_START.finditer(buf))
+    for offset in offsets:
+        if start and masked_crc(buf[offset : offset + 8]) != _unpack_u32(buf, offset + 8)[0]:
+            continue
+        window = buf[offset:] if offset else buf
+        spans, _, problem = split_records(window)
+        if start == 0 or (spans and problem != CORRUPT):
+            return [window[a:b] for a, b, intact in spans if intact]
+    return []

@@ -59,6 +59,10 @@ class RunWriter:
         # Run on this thread before each drain and before a flush is honoured; True when it queued
         # records (the session's step backlog, session/step_backlog.py).
         self.before_drain: Callable[[], bool] | None = None
+        # Also on this thread: each scalar step once written, and after each drain (True: the last one,
+        # at close, once the file is closed). The run's status record (session/status_writer.py).
+        self.on_scalars: Callable[[int, Mapping[str, float]], None] | None = None
+        self.after_drain: Callable[[bool], None] | None = None
         self._thread = threading.Thread(target=self._run, name=f"mftb-writer:{self.run_dir.name}", daemon=True)
         self._thread.start()
 
@@ -137,6 +141,7 @@ class RunWriter:
             finished = self._drain()
             if finished:
                 return
+            self._after_drain(False)
             if time.monotonic() >= next_flush:
                 self._flush_file()
                 next_flush = time.monotonic() + self.flush_secs
@@ -159,6 +164,8 @@ class RunWriter:
                     continue
             if kind == _SCALARS:
                 self._write(encode_scalars_event, item[1], item[2], item[3])
+                if self.on_scalars is not None:
+                    self._hook("on_scalars", self.on_scalars, item[1], item[3])
             elif kind == _TEXT:
                 self._write(text_event, item[1], item[2], item[3], item[4])
             elif kind == _START:
@@ -171,11 +178,13 @@ class RunWriter:
                     self._write(lambda built=event: built)
             elif kind == _FLUSH:
                 self._flush_file()
+                self._after_drain(False)  # a flush carries what the hook writes too
                 item[1].set()
             elif kind == _CLOSE:
                 self._report_dropped()  # also when the stall ends only at close
                 self._flush_file()
                 self._close_file()
+                self._after_drain(True)
                 item[1].set()
                 return True
         self._report_dropped()
@@ -190,6 +199,16 @@ class RunWriter:
         except Exception as exc:  # the writer thread must outlive it
             self._warn_once("before_drain", f"TensorBoard writer for {self.run_dir}: {exc!r} before writing")
             return False
+
+    def _after_drain(self, closing: bool) -> None:
+        if self.after_drain is not None:
+            self._hook("after_drain", self.after_drain, closing)
+
+    def _hook(self, name: str, hook: Callable[..., None], *args: Any) -> None:
+        try:
+            hook(*args)
+        except Exception as exc:  # the writer thread must outlive it
+            self._warn_once(name, f"TensorBoard writer for {self.run_dir}: {exc!r} in {name}")
 
     def _report_dropped(self) -> None:
         if self._dropped:

@@ -152,6 +152,30 @@ def test_the_run_says_an_alert_stopped_it(diverged_run: TrainingRun) -> None:
     assert api_pb2.Status.Name(end.status) == "STATUS_FAILURE"  # the HParams session is no success
 
 
+def test_the_status_record_says_stopped_by_alert_with_its_alerts(diverged_run: TrainingRun) -> None:
+    from mindformers_tbplugin.pipeline.status_record import STATUS_FILE, decode
+
+    record = decode((diverged_run.run_dir / STATUS_FILE).read_text())
+    alerts = [json.loads(line) for line in (diverged_run.folder / "alerts.jsonl").read_text().splitlines()]
+    assert (record.state, record.detail) == (
+        "stopped by alert",
+        "stopped by AlertMonitor (nonfinite on train/loss) at step 2",
+    )
+    assert (record.step, record.loss) == (2, None)  # the loss is NaN at step 2: no JSON number
+    assert record.alerts == len(alerts) and record.alert_rules == sorted({alert["rule"] for alert in alerts})
+    assert record.last_incident_step == max(alert["step"] for alert in alerts if "incident" in alert) == 2
+    listed = subprocess.run(
+        [MFTB, "runs", str(diverged_run.log_root), "--json"], env=subprocess_env(), capture_output=True, text=True
+    )
+    (row,) = json.loads(listed.stdout)
+    assert (row["state"], row["step"], row["alerts"], row["last_incident_step"]) == (
+        "stopped by alert",
+        2,
+        len(alerts),
+        2,
+    )
+
+
 def test_the_jsonl_sink_holds_the_alert(diverged_run: TrainingRun) -> None:
     lines = (diverged_run.folder / "alerts.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]

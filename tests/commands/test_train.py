@@ -51,8 +51,9 @@ def expected_lr(step: int) -> float:
 
 def test_run_folder_is_named_from_experiment_and_timestamp(tiny_run: TrainingRun) -> None:
     assert re.fullmatch(r"llama_tiny_\d{8}-\d{6}", tiny_run.run_dir.name)
-    files = list(tiny_run.run_dir.iterdir())
-    assert files and all("tfevents" in f.name for f in files)
+    names = sorted(f.name for f in tiny_run.run_dir.iterdir())
+    # its event files, and the status record `mftb runs` reads (session/status_writer.py)
+    assert names[:-1] and all("tfevents" in name for name in names[:-1]) and names[-1] == "mftb_status.json"
     # The same viewing command make demo prints.
     assert f"[mftb] TensorBoardMonitor: writing {tiny_run.run_dir}. View it: mftb tensorboard {tiny_run.log_root}" in (
         tiny_run.output

@@ -3,6 +3,7 @@ faults (a file-size limit, a deleted run folder) that must never stop training."
 
 from __future__ import annotations
 
+import json
 import resource
 import signal
 import subprocess
@@ -65,6 +66,8 @@ def test_sigterm_writes_every_point_and_the_status_and_keeps_the_exit_status(tmp
     (run_dir,) = run_dirs(tmp_path / "tb")
     (status,) = _texts(run_dir, "meta/status")
     last_logged = int(status.removeprefix("terminated at step "))
+    record = json.loads((run_dir / "mftb_status.json").read_text())  # `mftb runs`: a SIGTERM is a failure
+    assert (record["state"], record["detail"], record["step"]) == ("failed", status, last_logged)
     # The signal may land between MFLossMonitor's print and our callback in the same step.
     assert last_logged in (last_printed - 1, last_printed)
     assert [step for step, _ in read_scalars(run_dir)["train/loss"]] == list(range(1, last_logged + 1))
@@ -91,9 +94,25 @@ def test_sigkill_leaves_readable_files_with_every_flushed_point(tmp_path: Path, 
     (run_dir,) = run_dirs(tmp_path / "tb")
     for path in run_dir.glob("*tfevents*"):
         list(EventFileLoader(str(path)).Load())  # reads to the end; a torn last record is skipped
-    on_disk = [step for step, _ in read_scalars(run_dir)["train/loss"]]
+    scalars = read_scalars(run_dir)
+    on_disk = [step for step, _ in scalars["train/loss"]]
     assert on_disk == list(range(1, len(on_disk) + 1))
     assert on_disk[: len(seen)] == seen
+    # `mftb runs`: the run stays "running" in its status record; once nothing was written for --stale-after
+    # seconds it is stale, at the step its event files reached (the record is rewritten only every 15 s).
+    row = wait_for(lambda: _stale_row(tmp_path / "tb"), timeout=60)
+    assert row is not None, "mftb runs never said stale"
+    assert (row["run"], row["state"]) == (run_dir.name, "stale")
+    assert (row["step"], row["loss"]) == (on_disk[-1], pytest.approx(scalars["train/loss"][-1][1], rel=1e-6))
+    assert row["step"] == max(step for series in scalars.values() for step, _ in series)
+
+
+def _stale_row(root: Path) -> dict | None:
+    listed = subprocess.run(
+        [MFTB, "runs", str(root), "--json", "--stale-after", "1"], env=subprocess_env(), capture_output=True, text=True
+    )
+    rows = json.loads(listed.stdout)
+    return rows[0] if rows and rows[0]["state"] == "stale" else None
 
 
 def _fault_training(tmp_path: Path, mode: str, file_limit: int | None = None) -> subprocess.CompletedProcess[str]:

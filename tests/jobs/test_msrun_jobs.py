@@ -33,6 +33,7 @@ from conftest import (
 )
 from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 
+from mindformers_tbplugin.pipeline import status_record
 from mindformers_tbplugin.registration.exit_status import STOPPED_BY_ALERT
 from mindformers_tbplugin.viewer.tensorboard_server import any_free_port
 
@@ -205,8 +206,10 @@ def test_the_job_takes_its_monitor_from_the_team_defaults_file(dp2_job: Job) -> 
 
 
 def test_exactly_one_process_writes_the_main_run(dp2_job: Job) -> None:
-    files = [p for p in dp2_job.run_dir.iterdir() if p.is_file()]
-    assert len(files) == 1 and "tfevents" in files[0].name
+    files = sorted(p.name for p in dp2_job.run_dir.iterdir() if p.is_file())
+    assert len(files) == 2 and "tfevents" in files[0] and files[1] == "mftb_status.json"  # and `mftb runs`' record
+    record = status_record.decode((dp2_job.run_dir / files[1]).read_text())
+    assert (record.state, record.world_size, record.step, record.total_steps) == ("finished", 2, 12, 12)
     assert sorted(p.name for p in dp2_job.run_dir.iterdir() if p.is_dir()) == ["rank_0", "rank_1"]
     assert "rank 0 writes the main run" in dp2_job.worker_log(0, 0)
 
@@ -296,7 +299,9 @@ def test_four_ranks_on_two_nodes_route_logs_per_node_and_rank(two_node_job: Job)
     ]
     run_dir = two_node_job.run_dir
     assert sorted(p.name for p in run_dir.iterdir() if p.is_dir()) == ["rank_0", "rank_1", "rank_2", "rank_3"]
-    assert len([p for p in run_dir.iterdir() if p.is_file()]) == 1
+    assert len([p for p in run_dir.iterdir() if p.is_file() and "tfevents" in p.name]) == 1
+    record = status_record.decode((run_dir / status_record.STATUS_FILE).read_text())
+    assert (record.world_size, record.hosts, record.host_count) == (4, [socket.gethostname()], 1)
     printed = [mf_losses(two_node_job.worker_log(rank // 2, rank)) for rank in range(4)]
     main = read_scalars(run_dir)
     for step, value in main["train/loss"]:

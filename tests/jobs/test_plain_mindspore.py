@@ -12,6 +12,8 @@ import pytest
 from conftest import HELPERS, read_scalars, run_dirs, subprocess_env
 from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
 
+from mindformers_tbplugin.pipeline import status_record
+
 pytestmark = pytest.mark.process
 
 SCRIPT = HELPERS / "plain_mindspore_train.py"
@@ -75,6 +77,8 @@ def test_training_that_raises_still_closes_the_run(tmp_path: Path) -> None:
     accumulator.Reload()
     (status,) = accumulator.Tensors("meta/status")
     assert status.tensor_proto.string_val[0].decode() == "failed at step 6: RuntimeError"
+    record = status_record.decode((run_dir / status_record.STATUS_FILE).read_text())
+    assert (record.state, record.detail, record.step) == ("failed", "failed at step 6: RuntimeError", 6)
 
 
 def test_keep_last_runs_removes_older_runs_at_train_begin(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from mindformers_tbplugin.tfevents.records import (
     RecordReader,
     frame_record,
     split_records,
+    tail_payloads,
 )
 
 PAYLOADS = [b"", b"x", bytes(range(256)) * 5, random.Random(0).randbytes(70_000)]
@@ -151,3 +152,17 @@ def test_reader_stops_for_good_at_a_corrupt_header(tmp_path: Path) -> None:
     assert [buf[s:e] for _, buf, spans in reader.chunks() for s, e, _ in spans] == expected[:1]
     assert reader.problem == CORRUPT
     assert list(reader.chunks()) == []
+
+
+def test_the_tail_of_a_file_is_framed_from_wherever_the_window_starts(tmp_path: Path) -> None:
+    """tail_payloads finds the first record start in the last bytes (records of every size, payload bytes
+    that look like headers) and returns the complete records from there, not a torn last one."""
+    payloads = [encode_scalars_event(step, 1.0, {"x" * (step % 97): float(step)}) for step in range(1, 3000)]
+    payloads.append(b"\x09" + bytes(8) + b"\x00" * 40)  # zeros: candidates for a false start
+    path = tmp_path / "events.out.tfevents.1.host"
+    path.write_bytes(b"".join(map(frame_record, payloads)) + frame_record(b"\x09torn")[:-3])
+    for window in (100, 1000, 4096, 65536):
+        tail = tail_payloads(path, window)
+        assert tail and tail == payloads[-len(tail) :], window
+        assert sum(len(p) + 16 for p in tail) > window - 16 - 200 - 7  # the whole window but its first record
+    assert tail_payloads(path, 1 << 30) == payloads  # a window past the start: every record
