@@ -27,7 +27,6 @@ from mindformers_tbplugin.tfevents.records import CORRUPT, HEADER_BYTES, RecordR
 from mindformers_tbplugin.tfevents.wire import read_key, read_varint, skip_field, tensor_scalar
 
 NAME = "tensorboard"
-IMPORT_PREFIX = "import/"
 _FILE_VERSION = b"brain.Event:"
 _unpack_f64 = struct.Struct("<d").unpack_from
 
@@ -205,7 +204,7 @@ def _event(collector: _Collector, buf: bytes, i: int, end: int) -> None:
             i = skip_field(buf, i, key)
     if summary is None:
         return
-    collector.run.wall_times[step] = wall_time
+    collector.run.wall_times.setdefault(step, wall_time)
     i, stop = summary
     while i < stop:
         key, i = read_key(buf, i)
@@ -226,14 +225,14 @@ def _mapped(raw: ImportedRun, files: list[Path]) -> ImportedRun:
     if writer is None:
         raw.format = metadata.get("format", NAME)
         if not any(m.is_builtin_tag(tag) for tag in tags) and tags:
-            _rename(raw, {tag: (IMPORT_PREFIX + tag, 1.0) for tag in every_tag if not m.is_builtin_tag(tag)})
+            _rename(raw, {tag: (m.IMPORT_PREFIX + tag, 1.0) for tag in every_tag if not m.is_builtin_tag(tag)})
         raw.averaged_over = {k: int(v) for k, v in metadata.get("averaged_over", {}).items()}
         raw.resolution = {k: float(v) for k, v in metadata.get("resolution", {}).items()}
         raw.notes.extend(metadata.get("notes", []))
         return raw
     fmt, _, mapping, resolution = WRITERS[writer]
     raw.format = fmt
-    renames = {tag: mapping.get(tag, (IMPORT_PREFIX + tag, 1.0)) for tag in every_tag}
+    renames = {tag: mapping.get(tag, (m.IMPORT_PREFIX + tag, 1.0)) for tag in every_tag}
     if writer == "hugging-face":  # its eval/* logs are ours already
         renames.update({tag: (tag, 1.0) for tag in every_tag if tag.startswith(m.EVAL_PREFIX)})
     _rename(raw, renames)
@@ -250,7 +249,7 @@ def _rename(run: ImportedRun, renames: dict[str, tuple[str, float]]) -> None:
         scalars[ours] = series if factor == 1.0 else {step: value * factor for step, value in series.items()}
     run.scalars = scalars
     for family in (run.histograms, run.images, run.texts):
-        for tag in [t for t in family if t in renames and renames[t][0].startswith(IMPORT_PREFIX)]:
+        for tag in [t for t in family if t in renames and renames[t][0].startswith(m.IMPORT_PREFIX)]:
             family[renames[tag][0]] = family.pop(tag)
 
 
