@@ -20,6 +20,7 @@ import re
 import struct
 from pathlib import Path
 
+from mindformers_tbplugin.imports.hf_trainer_state import LOSS_DECIMALS, logging_interval
 from mindformers_tbplugin.imports.imported_run import METADATA_FILE, Histogram, ImportedRun, SourceFormat
 from mindformers_tbplugin.pipeline import metrics as m
 from mindformers_tbplugin.tfevents.decode import decode_value, tensor_array, tensor_strings
@@ -237,6 +238,10 @@ def _mapped(raw: ImportedRun, files: list[Path]) -> ImportedRun:
         renames.update({tag: (tag, 1.0) for tag in every_tag if tag.startswith(m.EVAL_PREFIX)})
     _rename(raw, renames)
     raw.resolution = {tag: value for tag, value in resolution.items() if tag in raw.scalars}
+    if writer == "hugging-face" and m.TRAIN_LOSS in raw.scalars:  # Trainer logs its loss as hf_trainer_state says
+        interval = logging_interval(list(raw.scalars[m.TRAIN_LOSS]))
+        raw.averaged_over = {m.TRAIN_LOSS: interval} if interval > 1 else {}
+        raw.resolution[m.TRAIN_LOSS] = 10.0**-LOSS_DECIMALS
     if writer == "megatron" and m.PERF_STEP_TIME_MS in raw.scalars:
         raw.notes.append("iteration-time converted from seconds to milliseconds")
     return raw
