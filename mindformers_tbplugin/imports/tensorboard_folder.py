@@ -226,6 +226,8 @@ def _mapped(raw: ImportedRun, files: list[Path]) -> ImportedRun:
     tags = set(raw.scalars)
     every_tag = tags.union(raw.histograms, raw.images, raw.texts)
     writer = next((w for w, (_, markers, _, _) in WRITERS.items() if tags.intersection(markers)), None)
+    if metadata or (writer in ("megatron", "mindformers") and m.TRAIN_LOSS in tags):
+        writer = None  # a run mftb import wrote, or one of ours with a custom tag spelled like theirs
     if writer is None:
         raw.format = metadata.get("format", NAME)
         if not any(m.is_builtin_tag(tag) for tag in tags) and tags:

@@ -166,7 +166,8 @@ def test_our_run_keeps_every_tag_and_its_histograms_and_texts(tmp_path: Path) ->
     writer = RunWriter(tmp_path / "run")
     writer.add_session_start(1)
     for step in STEPS:
-        writer.add_scalars(step, {"train/loss": 3.0 / step, "train/lr": 1e-4, "my/custom": float(step)})
+        # "loss", a custom tag spelled as MindFormers' writer's: the run stays ours
+        writer.add_scalars(step, {"train/loss": 3.0 / step, "train/lr": 1e-4, "my/custom": float(step), "loss": 1.0})
     counts = [0.0, 2.0, 5.0, 1.0]
     writer.add_histogram(
         4,
@@ -184,7 +185,7 @@ def test_our_run_keeps_every_tag_and_its_histograms_and_texts(tmp_path: Path) ->
     assert {tag: series for tag, series in run.scalars.items()} == {
         tag: dict(points) for tag, points in read_scalars(tmp_path / "run").items()
     }
-    assert set(run.scalars) == {"train/loss", "train/lr", "my/custom"}
+    assert set(run.scalars) == {"train/loss", "train/lr", "my/custom", "loss"}
     histogram = run.histograms["grad_norm/per_param_log10"][4]
     assert (histogram.limits, histogram.counts, histogram.stats["sum_squares"]) == (
         [-2.0, -1.0, 0.0, 0.5],
