@@ -43,8 +43,10 @@ def arrays(series: Series) -> tuple[np.ndarray, np.ndarray]:
     """(steps, values) of a series, sorted by step, as int64 and float64."""
     steps = np.fromiter(series.keys(), dtype=np.int64, count=len(series))
     values = np.fromiter(series.values(), dtype=np.float64, count=len(series))
-    order = np.argsort(steps, kind="stable")
-    return steps[order], values[order]
+    if len(steps) > 1 and not np.all(steps[1:] > steps[:-1]):
+        order = np.argsort(steps, kind="stable")
+        steps, values = steps[order], values[order]
+    return steps, values
 
 
 def _edges(steps: np.ndarray, values: np.ndarray, window: int) -> _Edges:
@@ -85,6 +87,12 @@ def align(run: Series, base: Series, run_window: int = 1, base_window: int = 1) 
     if not run or not base:
         empty = np.zeros(0)
         return Aligned(empty.astype(np.int64), empty.astype(np.int64), empty, empty)
+    if run_window <= 1 and base_window <= 1:
+        # every span is one point's own step: the common steps, values as they are
+        run_steps, run_values = arrays(run)
+        base_steps, base_values = arrays(base)
+        steps, run_at, base_at = np.intersect1d(run_steps, base_steps, assume_unique=True, return_indices=True)
+        return Aligned(steps, np.ones(len(steps), dtype=np.int64), run_values[run_at], base_values[base_at])
     run_edges = _edges(*arrays(run), max(run_window, 1))
     base_edges = _edges(*arrays(base), max(base_window, 1))
     common = np.intersect1d(run_edges.position, base_edges.position)
