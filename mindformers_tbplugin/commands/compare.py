@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--markdown", action="store_true", help="print a Markdown report to paste into a review")
 
 
-def _read(label: str, source: str):  # -> ImportedRun
+def _read(label: str, source: str, notes: list[str]):  # -> ImportedRun
     from mindformers_tbplugin.errors import UsageError
     from mindformers_tbplugin.imports.detect import read_source
 
@@ -56,14 +56,10 @@ def _read(label: str, source: str):  # -> ImportedRun
     if not path.exists():
         raise UsageError(f"{label} {source}: no such file or folder")
     run = read_source([path])
-    if not run.scalars and run.sub_runs:
-        if len(run.sub_runs) != 1:
-            raise UsageError(
-                f"{label} {source} holds several runs ({', '.join(sorted(run.sub_runs))}): give one of them"
-            )
-        (run,) = run.sub_runs.values()
     if not run.scalars:
         raise UsageError(f"{label} {source}: no scalar read from it ({run.format})")
+    said = [*run.notes, *run.skipped, *([f"stopped at {run.stopped_at}"] if run.stopped_at else [])]
+    notes.extend(f"{label} ({run.format}): {note}" for note in said)
     return run
 
 
@@ -74,15 +70,17 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
 
     criteria = load_criteria(args.criteria)
     tags = [tag.strip() for tag in args.tags.split(",") if tag.strip()] if args.tags else None
+    notes: list[str] = []
     result = compare_runs(
-        _read("RUN", args.run),
-        _read("BASELINE", args.baseline),
+        _read("RUN", args.run, notes),
+        _read("BASELINE", args.baseline, notes),
         criteria,
         tags=tags,
-        noise=_read("--noise", args.noise) if args.noise else None,
+        noise=_read("BASELINE2", args.noise, notes) if args.noise else None,
         strict=args.strict,
         axis=args.x,
     )
+    result.notes[:0] = notes
     document = json.dumps(as_json(result, args.run, args.baseline), indent=2)
     if args.json == "-":
         print(document)
