@@ -87,6 +87,10 @@ RUN_CONFIG = "run/config"  # text: the resolved YAML, secrets masked
 RUN_PARAMETERS = "run/parameters"  # text: parameter counts per block
 META_RESTART = "meta/restart"  # scalar: the step resumed from; text: what was resumed
 META_STATUS = "meta/status"  # text: completed / failed / terminated at step N
+# What an imported run may record of its batches: the samples consumed through each step and the global
+# batch size (Megatron-LM's `consumed samples`, `global batch size`; MindFormers' PyNative trainer line).
+IMPORTED_CONSUMED_SAMPLES = "import/consumed_samples"
+IMPORTED_GLOBAL_BATCH_SIZE = "import/global_batch_size"
 VS_SAMPLES_SUFFIX = "_vs_samples"
 VS_TOKENS_SUFFIX = "_vs_tokens"
 # Tags that get "vs samples"/"vs tokens" twins when those x-axes are enabled.

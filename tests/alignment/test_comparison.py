@@ -148,3 +148,20 @@ def test_report_shows_the_divergent_steps_neighbourhood():
     markdown = as_text(result, "r", "b", markdown=True)
     assert markdown.startswith("## Run against its baseline: FAIL")
     assert "| mean_abs_err | 0.225 |" in markdown
+
+
+def test_an_imported_run_compares_by_its_consumed_samples():
+    # Megatron-LM: means over 2 iterations of 16 samples, printed with the samples consumed so far
+    base = _run(train__loss={2: 2.5, 4: 2.0}, import__consumed_samples={2: 32.0, 4: 64.0})
+    base.averaged_over["train/loss"] = 2
+    run = _run(
+        train__loss={s: v for s, v in enumerate([3.0, 2.0, 2.5, 1.5, 2.0, 2.0, 1.0, 3.0], start=1)},
+        train__loss_vs_samples={8 * s: v for s, v in enumerate([3.0, 2.0, 2.5, 1.5, 2.0, 2.0, 1.0, 3.0], start=1)},
+    )
+    with pytest.raises(UsageError, match="8 samples per step and the baseline 16"):
+        compare_runs(run, base, MINDFORMERS)
+    fields = compare_runs(run, base, MINDFORMERS, axis="samples").tags["train/loss"].summary
+    # the baseline's windows of 32 samples: the run's (3 + 2 + 2.5 + 1.5) / 4 = 2.25, (2 + 2 + 1 + 3) / 4 = 2
+    assert fields["steps"] == 2 and fields["first_step"] == 32
+    assert fields["first_abs_err"] == pytest.approx(0.25) and fields["max_abs_err"] == pytest.approx(0.25)
+    assert fields["mean_abs_err"] == pytest.approx(0.125)
