@@ -11,6 +11,7 @@ python -m benchmarks.compare_speed [--steps N] [--rounds N]
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
 import subprocess
@@ -118,10 +119,16 @@ def markdown_section(quick: bool) -> tuple[str, list[str]]:
         _row("compare_runs + JSON, two ImportedRun objects in memory", memory),
         _row("`mftb compare RUN BASELINE --json PATH` (a new process; both folders read)", end_to_end),
         "",
+        f"Of the end-to-end CPU time, the comparison is {statistics.median(c for _, c in memory):.2f} s; the rest "
+        f"is the interpreter's start and reading the two folders ({6 * steps:,} points) through "
+        f"`imports/tensorboard_folder.py`. Load average during the measurement: {os.getloadavg()[0]:.1f} on "
+        f"{os.cpu_count()} cores.",
+        "",
     ]
-    per_million = statistics.median(c for _, c in end_to_end) * 1_000_000 / steps
-    missed = [f"mftb compare end to end {per_million:.1f} CPU s for 1,000,000 steps > {TARGET_S} s"]
-    return "\n".join(lines), missed if per_million > TARGET_S else []
+    # judged at full size only: at the quick size the interpreter's start would dominate
+    cpu = statistics.median(c for _, c in end_to_end)
+    missed = [f"mftb compare end to end {cpu:.1f} CPU s for 1,000,000 steps > {TARGET_S} s"]
+    return "\n".join(lines), missed if not quick and cpu > TARGET_S else []
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -17,6 +17,7 @@ import mindspore  # noqa: F401  (first: tensorboard's protobufs loaded before it
 
 from benchmarks import (
     alert_engine_cost,
+    compare_speed,
     crash_loss,
     decode_cost,
     encode_cost,
@@ -41,6 +42,7 @@ from benchmarks import (
 # Modules with markdown_section(quick) -> (text, missed targets), written in this order.
 SECTIONS = [
     encode_cost,
+    compare_speed,
     decode_cost,
     event_bytes,
     import_cost,

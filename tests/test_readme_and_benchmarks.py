@@ -101,6 +101,8 @@ def test_benchmark_harness_writes_a_table(tmp_path: Path) -> None:
     assert re.search(
         r"- Tiny LLaMA: the signals at their defaults cost \*\*[+-][0-9.]+ µs per ordinary logged step", text
     )
+    compared = r"\| `mftb compare RUN BASELINE --json PATH` \(a new process; both folders read\)( \| [0-9.-]+){3} \|"
+    assert "## mftb compare: two runs of 20,000 steps" in text and re.search(compared, text)
 
 
 def _block(readme: str, language: str, first_line: str) -> str:
