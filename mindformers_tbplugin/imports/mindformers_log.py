@@ -60,7 +60,6 @@ TAGS = {
 # Printed with %s (shortest round-trip text) by the classic line.
 _SHORTEST_TEXT = frozenset({"lr", "global_norm", "loss_scale"})
 _FLOAT32_SPACING = 2.0**-23  # relative distance between neighbouring float32 values, at most
-_BOOLEANS = {"False": "0", "True": "1"}
 PROGRESS_TAG = metrics.IMPORT_PREFIX + "samples_per_s_per_npu"
 
 
@@ -75,12 +74,12 @@ def _clean(value: str) -> str:
 
 
 def _without_unit(texts: tuple[str, ...]) -> list[str] | tuple[str, ...]:
-    """``177ms`` -> ``177``, ``0.000T`` -> ``0.000``, for a column whose values carry a unit."""
+    """``177ms`` -> ``177``, ``0.000T`` -> ``0.000``, for a column whose values carry a unit (float() takes
+    the spaces left)."""
     first = texts[0].rstrip()
     for unit in ("ms", "T"):
         if first.endswith(unit) and first != "True":
-            cut = -len(unit)
-            return [text.rstrip()[:cut] for text in texts]
+            return "\n".join(texts).replace(unit, "").split("\n")
     return texts
 
 
@@ -96,8 +95,18 @@ def _fields(body: str) -> tuple[list[str], list[str]] | None:
         if colon:  # a piece without a colon: the rest of a note ("N/A (non-last PP stage, refer to ...)")
             keys.append(key.strip())
             texts.append(_clean(value))
-    if "step" not in keys or "/" not in texts[keys.index("step")] or "loss" not in keys:
+    if "step" not in keys or "loss" not in keys:
         return None
+    for key in ("Epoch", "step"):  # "[  1/  2]": the count and, under "<key>/", what it counts to
+        if key in keys:
+            at = keys.index(key)
+            count, slash, total = texts[at].partition("/")
+            if not slash:
+                return None
+            texts[at : at + 1] = [count.strip(), total.strip()]
+            keys.insert(at + 1, key + "/")
+    at = keys.index("loss")
+    texts[at] = texts[at].partition("/")[0].strip()  # loss:[step/running mean]: the step's own
     return keys, texts
 
 
@@ -118,8 +127,15 @@ def _split(text: str, pos: int, line: str) -> tuple[tuple[str, ...], tuple[str, 
 
 
 def _compile(keys: tuple[str, ...]) -> re.Pattern[str]:
-    fields = ", ".join(re.escape(key) + ":" + _VALUE for key in keys)
-    return re.compile(_PREFIX + fields + _TAIL, re.MULTILINE)
+    fields = []
+    for key in keys:
+        if key in ("Epoch", "step"):
+            fields.append(key + r":\[[ \t]*(\d+)/[ \t]*(\d+)\]")
+        elif key == "loss":
+            fields.append(r"loss:[ \t]*\[?[ \t]*([^,/\]\n]*)(?:/[^,\]\n]*)?\]?")
+        elif not key.endswith("/"):
+            fields.append(re.escape(key) + ":" + _VALUE)
+    return re.compile(_PREFIX + ", ".join(fields) + _TAIL, re.MULTILINE)
 
 
 def _count(text: str) -> int:
@@ -130,10 +146,6 @@ def _is_step_line(line: str) -> bool:
     return _CLASSIC in line or _PYNATIVE in line
 
 
-def _fraction_head(text: str) -> int:
-    return int(text.partition("/")[0])
-
-
 def _read_rank(paths: list[Path], run: ImportedRun) -> None:
     table = printed_log.Table(_split, _compile)
     for _ in table.read(paths, _count, _is_step_line):
@@ -141,12 +153,12 @@ def _read_rank(paths: list[Path], run: ImportedRun) -> None:
     repeated = 0
     for keys, columns in table.columns():
         stamps, values_of, progress = columns[0], dict(zip(keys, columns[1:-1], strict=True)), columns[-1]
-        step_texts = values_of.pop("step")
-        steps = list(map(_fraction_head, step_texts))
+        steps = list(map(int, values_of.pop("step")))
+        per_epoch = map(int, values_of.pop("step/"))
         classic = "Epoch" in values_of
         if classic:  # fold epoch/step into the global step
-            epochs = map(_fraction_head, values_of.pop("Epoch"))
-            per_epoch = (int(text.partition("/")[2]) for text in step_texts)
+            epochs = map(int, values_of.pop("Epoch"))
+            del values_of["Epoch/"]
             steps = [(e - 1) * n + s for e, n, s in zip(epochs, per_epoch, steps, strict=True)]
         repeated += len(steps) - len(set(steps))
         depths: list[list[float | None]] = []
@@ -172,9 +184,12 @@ def _read_rank(paths: list[Path], run: ImportedRun) -> None:
             run.scalars.setdefault(metrics.TRAIN_LOSS_MTP, {}).update(printed_log.series(steps, sums, sums.count(None)))
             run.resolution[metrics.TRAIN_LOSS_MTP] = len(depths) * 1e-6
         if any(progress):
-            values, not_numbers = printed_log.numbers([text or "nan" for text in progress])
-            points = {s: v for s, v, t in zip(steps, values, progress, strict=True) if t and v is not None}
-            run.scalars.setdefault(PROGRESS_TAG, {}).update(points)
+            kept = progress if all(progress) else [text or "nan" for text in progress]
+            values, not_numbers = printed_log.numbers(kept)
+            points = printed_log.series(steps, values, not_numbers)
+            run.scalars.setdefault(PROGRESS_TAG, {}).update(
+                points if kept is progress else {s: v for s, v, t in zip(steps, values, progress, strict=True) if t}
+            )
         run.wall_times.update(printed_log.wall_times(steps, stamps))
     if repeated:
         run.skipped.append(
@@ -186,10 +201,8 @@ def _read_rank(paths: list[Path], run: ImportedRun) -> None:
 
 
 def _texts(key: str, texts: tuple[str, ...]) -> list[str] | tuple[str, ...]:
-    if key == "loss":  # loss:[step/running mean]: the step's own
-        return [text.partition("/")[0] for text in texts]
     if key == "overflow cond":
-        return [_BOOLEANS.get(text.strip(), text) for text in texts]
+        return "\n".join(texts).replace("False", "0").replace("True", "1").split("\n")
     return _without_unit(texts)
 
 

@@ -190,17 +190,15 @@ def import_name(key: str) -> str:
 
 def wall_times(steps: list[int], stamps: tuple[str, ...]) -> dict[int, float]:
     """Step -> seconds since the epoch of the lines' local-time stamps (``2026-12-07 17:50:37,266``,
-    ``2024-05-01 10:00:00.123456``; "" where a line has none). One stamp goes through the time zone;
-    the others are offsets from it, a subtraction each."""
-    pairs = [(step, text.replace(",", ".")) for step, text in zip(steps, stamps, strict=True) if text]
-    if not pairs:
+    ``2024-05-01 10:00:00.123456``; "" where a line has none)."""
+    if not all(stamps):
+        kept = [(step, text) for step, text in zip(steps, stamps, strict=True) if text]
+        steps, stamps = [step for step, _ in kept], tuple(text for _, text in kept)
+    if not stamps:
         return {}
-    moments = list(map(datetime.fromisoformat, (text for _, text in pairs)))
-    base = moments[0]
-    base_seconds = base.timestamp()
-    return {
-        step: base_seconds + (moment - base).total_seconds() for (step, _), moment in zip(pairs, moments, strict=True)
-    }
+    texts = "\n".join(stamps).replace(",", ".").split("\n")
+    moments = map(datetime.fromisoformat, texts)
+    return dict(zip(steps, map(datetime.timestamp, moments), strict=True))
 
 
 def pairwise_gaps(steps: list[int]) -> list[int]:
