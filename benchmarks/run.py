@@ -23,6 +23,7 @@ from benchmarks import (
     event_bytes,
     histogram_cost,
     import_cost,
+    import_speed,
     layer_norms,
     moe_cost,
     moe_dashboard,
@@ -55,6 +56,7 @@ SECTIONS = [
     pynative_cost,
     ranks_dashboard,
     moe_dashboard,
+    import_speed,
 ]
 
 TARGET_US = 20.0
