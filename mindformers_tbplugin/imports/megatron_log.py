@@ -51,7 +51,17 @@ TAGS = {
     "samples per second": (metrics.PERF_SAMPLES_PER_S,),  # Megatron-DeepSpeed: the job's samples per second
 }
 # Fields that are sums over the interval divided by its steps (the rest are the printed step's own).
-_MEANS = frozenset({"lm loss", "elapsed time per iteration (ms)", "throughput per GPU (TFLOP/s/GPU)"})
+_MEANS = frozenset(
+    {
+        "lm loss",
+        "elapsed time per iteration (ms)",
+        "throughput per GPU (TFLOP/s/GPU)",
+        # Megatron-DeepSpeed's, from the interval's mean step time
+        "samples per second",
+        "tokens per gpu per second (tgs)",
+        "TFLOPs",
+    }
+)
 # Eval fields: "<loss> value" and "<loss> PPL" per loss name.
 _EVAL = {("lm loss", "value"): metrics.EVAL_LOSS, ("lm loss", "PPL"): metrics.EVAL_PERPLEXITY}
 
@@ -145,7 +155,7 @@ def _column(run: ImportedRun, key: str, steps: list[int], texts: tuple[str, ...]
         run.scalars.setdefault(tag, {}).update(series)
         run.resolution[tag] = max(run.resolution.get(tag, 0.0), printed_log.resolution(texts[0], largest))
         if averaged:
-            run.averaged_over[tag] = 1
+            run.averaged_over[tag] = 1  # until the log interval is known, from every iteration printed
 
 
 def _validation(run: ImportedRun, step: int, suffix: str, test: bool, rest: str) -> None:

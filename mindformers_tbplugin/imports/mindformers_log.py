@@ -161,7 +161,7 @@ def _read_rank(paths: list[Path], run: ImportedRun) -> None:
             del values_of["Epoch/"]
             steps = [(e - 1) * n + s for e, n, s in zip(epochs, per_epoch, steps, strict=True)]
         repeated += len(steps) - len(set(steps))
-        depths: list[list[float | None]] = []
+        depths: list[tuple[list[float | None], float]] = []  # (values, resolution) per MTP depth
         for key, raw in values_of.items():
             texts = _texts(key, raw)
             values, not_numbers = printed_log.numbers(texts)
@@ -172,17 +172,21 @@ def _read_rank(paths: list[Path], run: ImportedRun) -> None:
                 continue
             tag = TAGS.get(key) or metrics.IMPORT_PREFIX + printed_log.import_name(key)
             run.scalars.setdefault(tag, {}).update(series)
+            if key == "overflow cond":
+                continue
+            largest = max(map(abs, series.values()))
+            if classic and key in _SHORTEST_TEXT:
+                found = largest * _FLOAT32_SPACING
+            else:
+                found = printed_log.resolution(texts[0], largest)
+            run.resolution[tag] = max(run.resolution.get(tag, 0.0), found)
             if _MTP_DEPTH.fullmatch(key):
-                depths.append(values)
-            if key != "overflow cond":
-                largest = max(map(abs, series.values()))
-                found = largest * _FLOAT32_SPACING if classic and key in _SHORTEST_TEXT else None
-                found = found if found is not None else printed_log.resolution(texts[0], largest)
-                run.resolution[tag] = max(run.resolution.get(tag, 0.0), found)
+                depths.append((values, found))
         if depths:  # the PyNative trainer's mtp_<k>_loss, one per depth: train/loss_mtp is their sum
-            sums = [sum(parts) if None not in parts else None for parts in zip(*depths, strict=True)]
+            columns_of = [values for values, _ in depths]
+            sums = [sum(parts) if None not in parts else None for parts in zip(*columns_of, strict=True)]
             run.scalars.setdefault(metrics.TRAIN_LOSS_MTP, {}).update(printed_log.series(steps, sums, sums.count(None)))
-            run.resolution[metrics.TRAIN_LOSS_MTP] = len(depths) * 1e-6
+            run.resolution[metrics.TRAIN_LOSS_MTP] = sum(found for _, found in depths)
         if any(progress):
             kept = progress if all(progress) else [text or "nan" for text in progress]
             values, not_numbers = printed_log.numbers(kept)
@@ -222,7 +226,7 @@ def read(paths: list[Path]) -> ImportedRun:
     main = runs[ranked[0]] if ranked else next(iter(runs.values()))
     run = ImportedRun(source=list(paths), format=NAME, scalars=main.scalars, wall_times=main.wall_times)
     run.resolution = dict(main.resolution)
-    run.sub_runs = {f"rank_{rank}": sub for rank, sub in runs.items() if rank is not None}
+    run.sub_runs = {f"rank_{rank}" if rank is not None else sub.source[-1].stem: sub for rank, sub in runs.items()}
     run.skipped = [f"rank {rank}: {note}" for rank, sub in runs.items() for note in sub.skipped]
     return run
 
