@@ -220,6 +220,7 @@ def test_each_releases_line_with_a_launchers_prefix(tmp_path: Path, release: str
     if release == "Megatron-DeepSpeed":
         assert run.scalars["perf/samples_per_s"][10] == 25.921 and run.scalars["import/tflops"][10] == 150.3
         assert run.scalars["import/tokens_per_gpu_per_second_tgs"][10] == 6635.85
+        assert run.averaged_over["perf/samples_per_s"] == run.averaged_over["import/tflops"] == 10
     if release == "MindSpeed-LLM 2.3.0":
         assert run.scalars["import/core_attn_ratio"][10] == 37.5
     if release == "MindSpeed-LLM fsdp2":
