@@ -130,9 +130,14 @@ class Table:
             self.blocks.append((keys, rows))
 
     def columns(self) -> Iterator[tuple[tuple[str, ...], list[tuple[str, ...]]]]:
-        """Per block, in file order: its keys and one tuple of texts per key."""
-        for keys, rows in self.blocks:
-            yield keys, list(zip(*rows, strict=True))
+        """Per block, in file order: its keys and one tuple of texts per key. Each block's rows are let go
+        once its columns are made (a long log's texts are most of the memory a read takes)."""
+        self.blocks.reverse()
+        while self.blocks:
+            keys, rows = self.blocks.pop()
+            columns = list(zip(*rows, strict=True))
+            del rows
+            yield keys, columns
 
     def where(self, number: int) -> str:
         index = max(i for i, start in enumerate(self._starts) if start < number)
