@@ -81,6 +81,7 @@ def _time_read(read: Callable[[list[Path]], ImportedRun], path: Path, rounds: in
     other load does not add to)."""
     walls, cpus, run = [], [], None
     for _ in range(rounds):
+        run = None  # the last round's run let go before the next read
         wall, cpu = time.perf_counter(), time.process_time()
         run = read([path])
         walls.append(time.perf_counter() - wall)
