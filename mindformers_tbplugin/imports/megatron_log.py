@@ -36,6 +36,8 @@ _VALIDATION = re.compile(
     r"[ \t]*\|([^\n]*)$",
     re.MULTILINE,
 )
+# What Megatron-LM (and its forks) print at start: megatron/training/arguments.py _print_args, validate_args.
+_BANNERS = ("------------------------ arguments ------------------------", "using world size: ")
 _VALUE = r"([^|\n]*)\|"  # the value with its spaces: float() takes them
 _PREFIX = r"^(?:[^\n]*?" + printed_log.TIMESTAMP + r")?[^\n]*?iteration[ \t]+(\d+)/[ \t]*\d+[ \t]*\|"
 
@@ -189,8 +191,10 @@ def read(paths: list[Path]) -> ImportedRun:
 
 
 def sniff(path: Path, head: bytes) -> bool:
-    """An iteration line in the file's first bytes (Megatron prints its arguments first: a few KB)."""
-    return _SNIFF.search(head.decode("utf-8", errors="replace")) is not None
+    """An iteration line in the file's first bytes, or what Megatron prints before its first one (its
+    arguments' banner, ``using world size: ...``): the first iteration line may come far later."""
+    text = head.decode("utf-8", errors="replace")
+    return _SNIFF.search(text) is not None or any(banner in text for banner in _BANNERS)
 
 
 FORMAT = SourceFormat(

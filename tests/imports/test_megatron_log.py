@@ -295,3 +295,6 @@ def test_sniff_finds_an_iteration_line_and_nothing_else(tmp_path: Path) -> None:
     assert megatron_log.sniff(tmp_path, line_mindspeed_fsdp2(3).encode())
     assert not megatron_log.sniff(tmp_path, b"{ Epoch:[  1/  1], step:[    1/   10], loss:[5.5/5.5], lr: 0.1")
     assert not megatron_log.sniff(tmp_path, b"saved checkpoint from iteration     100 to /ckpt")
+    # main's _print_args and validate_args, printed long before the first iteration line
+    assert megatron_log.sniff(tmp_path, b"------------------------ arguments ------------------------\n")
+    assert megatron_log.sniff(tmp_path, b"[default0]:using world size: 8, data-parallel size: 8, context-parallel")
