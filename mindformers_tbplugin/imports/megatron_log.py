@@ -184,9 +184,9 @@ def _validation(run: ImportedRun, step: int, suffix: str, test: bool, rest: str)
 
 
 def read(paths: list[Path]) -> ImportedRun:
-    """One source: a log and its rotated parts, oldest first. Megatron prints on one rank (the last)."""
+    """One log: a file and its rotated parts, oldest first. Megatron prints on one rank (the last)."""
     run = ImportedRun(source=list(paths), format=NAME)
-    _read([path for files in printed_log.by_rank(paths).values() for path in files], run)
+    _read(paths, run)
     return run
 
 
@@ -203,4 +203,5 @@ FORMAT = SourceFormat(
     "Megatron-DeepSpeed's and MindSpeed-LLM's variants)",
     sniff,
     read,
+    rotated=True,
 )

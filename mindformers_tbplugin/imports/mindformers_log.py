@@ -1,6 +1,6 @@
 """MindFormers' printed training log: MFLossMonitor's line of every release, and the 2.x PyNative
-trainer's LossCallback line, read from ``output/log/rank_N/info.log`` (and its rotated parts) or
-msrun's ``worker_N.log``, whatever the logger's prefix.
+trainer's LossCallback line, read from one rank's ``output/log/rank_N/info.log`` (and its rotated
+parts) or msrun's ``worker_N.log``, whatever the logger's prefix.
 
 The lines, as mindformers/core/callback/callback.py (``print_output_info``) and
 mindformers/pynative/callback/loss_callback.py (``_print_log``) format them::
@@ -146,7 +146,7 @@ def _is_step_line(line: str) -> bool:
     return _CLASSIC in line or _PYNATIVE in line
 
 
-def _read_rank(paths: list[Path], run: ImportedRun) -> None:
+def _read(paths: list[Path], run: ImportedRun) -> None:
     table = printed_log.Table(_split, _compile)
     for _ in table.read(paths, _count, _is_step_line):
         pass
@@ -211,23 +211,10 @@ def _texts(key: str, texts: tuple[str, ...]) -> list[str] | tuple[str, ...]:
 
 
 def read(paths: list[Path]) -> ImportedRun:
-    """One source: a log and its rotated parts, or several ranks' logs (each its ``rank_<id>`` sub-run;
-    the main run holds the highest rank's, the last pipeline stage's, whose loss MindFormers says is
-    the valid one)."""
-    groups = printed_log.by_rank(paths)
-    runs: dict[int | None, ImportedRun] = {}
-    for rank, files in groups.items():
-        runs[rank] = ImportedRun(source=files, format=NAME)
-        _read_rank(files, runs[rank])
-    if len(runs) == 1:
-        (run,) = runs.values()
-        return run
-    ranked = sorted((rank for rank in runs if rank is not None), reverse=True)
-    main = runs[ranked[0]] if ranked else next(iter(runs.values()))
-    run = ImportedRun(source=list(paths), format=NAME, scalars=main.scalars, wall_times=main.wall_times)
-    run.resolution = dict(main.resolution)
-    run.sub_runs = {f"rank_{rank}" if rank is not None else sub.source[-1].stem: sub for rank, sub in runs.items()}
-    run.skipped = [f"rank {rank}: {note}" for rank, sub in runs.items() for note in sub.skipped]
+    """One rank's log: a file and its rotated parts, oldest first (detect.py groups them, and makes
+    several ranks' logs ``rank_<id>`` sub-runs)."""
+    run = ImportedRun(source=list(paths), format=NAME)
+    _read(paths, run)
     return run
 
 
@@ -245,4 +232,5 @@ FORMAT = SourceFormat(
     "LossCallback line): output/log/rank_N/info.log, msrun_log/worker_N.log",
     sniff,
     read,
+    rotated=True,
 )

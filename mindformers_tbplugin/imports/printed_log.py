@@ -1,5 +1,5 @@
-"""What the readers of printed training logs share: a source's files grouped by rank, the files read
-in large blocks of lines, and the ``key: value`` lines gathered by layout.
+"""What the readers of printed training logs share: a log's files (its rotated parts, oldest first)
+read in large blocks of lines, and the ``key: value`` lines gathered by layout.
 
 A training prints the same fields in the same order at every logged step, so each layout (its tuple
 of keys) gets one compiled pattern, anchored at line starts. A block of text whose step lines all
@@ -20,9 +20,6 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 
-# output/log/rank_3/info.log, msrun_log/worker_3.log, .../rank_3/worker.log
-_RANK_IN_PATH = re.compile(r"(?:^|[/\\])(?:rank_|worker_)(\d+)(?:[/\\]|\.log)")
-_ROTATION = re.compile(r"\.(\d+)$")
 _IMPORT_NAME = re.compile(r"[^0-9a-z]+")
 _EXPONENT = re.compile(r"[eE]([-+]?\d+)$")
 TIMESTAMP = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[,.]\d+)?)"
@@ -32,27 +29,6 @@ SHOWN_LINES = 5  # line numbers named for the lines that did not parse
 
 Row = tuple[str, ...]
 Split = Callable[[str, int, str], tuple[tuple[str, ...], Row] | None]
-
-
-def rank_of(path: Path) -> int | None:
-    found = _RANK_IN_PATH.findall(path.as_posix())
-    return int(found[-1]) if found else None
-
-
-def by_rank(paths: list[Path]) -> dict[int | None, list[Path]]:
-    """One source's files by rank (None: no rank in the path), each rank's rotated parts oldest first:
-    ``info.log.2, info.log.1, info.log`` (Python's RotatingFileHandler numbers older parts higher)."""
-    groups: dict[int | None, list[Path]] = {}
-    for path in paths:
-        groups.setdefault(rank_of(path), []).append(path)
-
-    def age(path: Path) -> tuple[str, int]:
-        found = _ROTATION.search(path.name)
-        base = path.name[: found.start()] if found else path.name
-        return (str(path.parent / base), -int(found.group(1)) if found else 0)
-
-    ranks = sorted(groups, key=lambda rank: (rank is None, rank or 0))
-    return {rank: sorted(groups[rank], key=age) for rank in ranks}
 
 
 def timestamp_in(prefix: str) -> str:

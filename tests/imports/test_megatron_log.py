@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mindformers_tbplugin.imports import megatron_log
+from mindformers_tbplugin.imports import detect, megatron_log
 
 TOTAL = 1000
 
@@ -275,7 +275,8 @@ def test_a_value_that_is_not_a_number_is_counted(tmp_path: Path) -> None:
 def test_rotated_parts_oldest_first_and_a_resumed_run_keeps_the_last_values(tmp_path: Path) -> None:
     older = _write(tmp_path, [line_2304(it) for it in range(10, 60, 10)], "train.log.1")
     newer = _write(tmp_path, [line_2304(it).replace("lm loss: ", "lm loss: 1") for it in range(40, 90, 10)])
-    run = megatron_log.read([newer, older])
+    run = detect.read_source([tmp_path])  # as `mftb import` reads a folder: the parts oldest first
+    assert run.format == "megatron-log" and run.source == [older, newer]
     assert sorted(run.scalars["train/loss"]) == list(range(10, 90, 10))
     assert run.scalars["train/loss"][50] == pytest.approx(float("1" + "{:.6E}".format(_loss(50))))
     assert "2 iteration line(s) printed again" in run.skipped[0]

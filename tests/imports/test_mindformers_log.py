@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import TrainingRun, read_scalars
 
-from mindformers_tbplugin.imports import mindformers_log
+from mindformers_tbplugin.imports import detect, mindformers_log
 
 FILE_PREFIX = "[INFO] 2026-12-07 17:45:34,288 [mindformers/core/callback/callback.py:747] print_output_info: "
 # mindformers/tools/logger.py DEFAULT_STDOUT_FORMAT: '%(asctime)s - %(name)s[%(filepath)s:%(lineno)d] - ...'
@@ -231,25 +231,26 @@ def test_a_non_last_stages_na_loss_is_counted_not_imported(tmp_path: Path) -> No
     assert run.skipped == ["3 value(s) of 'loss' that are not numbers"]
 
 
-def test_rotated_parts_and_ranks_become_one_run_with_a_sub_run_per_rank(tmp_path: Path) -> None:
+def test_rotated_parts_and_ranks_through_the_registry(tmp_path: Path) -> None:
+    """output/log/rank_N/info.log{,.1,.2} as `mftb import output` reads them: each rank's parts oldest first,
+    a sub-run per rank."""
+
     def part(rank: int, steps: range) -> list[str]:
         return [FILE_PREFIX + _line_r19(1, 1, step, 9, 5.0 + rank + step / 100, 0.0, False) for step in steps]
 
-    files = []
     for rank in (0, 1):
         folder = tmp_path / "output" / "log" / f"rank_{rank}"
-        files += [
-            _write(folder / "info.log", part(rank, range(7, 10))),
-            _write(folder / "info.log.1", part(rank, range(4, 7))),
-        ]
-        files.append(_write(folder / "info.log.2", part(rank, range(1, 4))))
-    run = mindformers_log.read(files)
+        _write(folder / "info.log", part(rank, range(7, 10)))
+        _write(folder / "info.log.1", part(rank, range(4, 7)))
+        _write(folder / "info.log.2", part(rank, range(1, 4)))
+        _write(folder / "error.log", [FILE_PREFIX.replace("INFO", "ERROR") + "nothing wrong"])
+    run = detect.read_source([tmp_path / "output"])
     assert sorted(run.sub_runs) == ["rank_0", "rank_1"]
     for rank in (0, 1):
         sub = run.sub_runs[f"rank_{rank}"]
+        assert sub.format == "mindformers-log"
         assert [p.name for p in sub.source] == ["info.log.2", "info.log.1", "info.log"]
         assert sub.scalars["train/loss"] == {step: pytest.approx(5.0 + rank + step / 100) for step in range(1, 10)}
-    assert run.scalars["train/loss"] == run.sub_runs["rank_1"].scalars["train/loss"]  # the last stage's
 
 
 def test_lines_that_look_like_the_format_but_do_not_parse_are_counted_with_their_line_numbers(tmp_path: Path) -> None:
