@@ -82,7 +82,8 @@ class Table:
                 self._append(last, rows)
                 return
         pos = 0
-        for number, line in enumerate(text.splitlines(keepends=True), first):
+        for number, bare in enumerate(text.split("\n"), first):  # "\n" alone, as the line numbers count
+            line = bare + "\n"
             if is_step_line(line):
                 found = self._patterns[last].match(text, pos) if last is not None else None
                 if found is not None:

@@ -256,7 +256,7 @@ def test_rotated_parts_and_ranks_through_the_registry(tmp_path: Path) -> None:
 def test_lines_that_look_like_the_format_but_do_not_parse_are_counted_with_their_line_numbers(tmp_path: Path) -> None:
     good = [FILE_PREFIX + _line_r19(1, 1, step, 9, 5.0, 5.0, False) for step in range(1, 10)]
     lines = [
-        "starting",
+        "start\x0cing\u2028",  # a form feed and a line separator: no line ends for a log
         good[0],
         good[1],
         FILE_PREFIX + "{ Epoch:[  1/  1], step:[    3/",
