@@ -13,7 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from mindformers_tbplugin.errors import UsageError
-from mindformers_tbplugin.imports import tensorboard_folder
+from mindformers_tbplugin.imports import megatron_log, mindformers_log, tensorboard_folder
 from mindformers_tbplugin.imports.imported_run import ImportedRun, SourceFormat
 from mindformers_tbplugin.pipeline.metrics import TRAIN_LOSS
 
@@ -21,6 +21,8 @@ FIRST_BYTES = 1 << 16  # what a sniffer sees of each file
 # The formats tried, in this order (a file is given to the first whose sniffer accepts it).
 FORMATS: list[SourceFormat] = [
     tensorboard_folder.FORMAT,
+    mindformers_log.FORMAT,
+    megatron_log.FORMAT,
 ]
 _ROTATED = re.compile(r"^(?P<base>.+?)(?:\.(?P<part>\d+))?$")
 # Where a rank's files live: MindFormers' output/log/rank_N/, msrun's worker_N.log, our rank_N/ runs.

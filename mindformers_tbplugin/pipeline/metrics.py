@@ -59,6 +59,7 @@ SYSTEM_HOST_RSS_GB = "system/host_rss_gb"
 SYSTEM_DEVICE_MEM_ALLOCATED_GB = "system/device_mem_allocated_gb"
 SYSTEM_DEVICE_MEM_PEAK_GB = "system/device_mem_peak_gb"
 EVAL_PREFIX = "eval/"
+IMPORT_PREFIX = "import/"  # a field of an imported run without a tag of ours keeps its own name here
 # Per-layer norms (runner_wrapper.local_norm): grad_norm/<group>, param_norm/<group>.
 GRAD_NORM_PREFIX = "grad_norm/"
 PARAM_NORM_PREFIX = "param_norm/"
