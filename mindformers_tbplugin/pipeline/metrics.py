@@ -59,7 +59,6 @@ SYSTEM_HOST_RSS_GB = "system/host_rss_gb"
 SYSTEM_DEVICE_MEM_ALLOCATED_GB = "system/device_mem_allocated_gb"
 SYSTEM_DEVICE_MEM_PEAK_GB = "system/device_mem_peak_gb"
 EVAL_PREFIX = "eval/"
-IMPORT_PREFIX = "import/"  # a field of an imported run without a tag of ours keeps its own name here
 # Per-layer norms (runner_wrapper.local_norm): grad_norm/<group>, param_norm/<group>.
 GRAD_NORM_PREFIX = "grad_norm/"
 PARAM_NORM_PREFIX = "param_norm/"
@@ -88,10 +87,14 @@ RUN_CONFIG = "run/config"  # text: the resolved YAML, secrets masked
 RUN_PARAMETERS = "run/parameters"  # text: parameter counts per block
 META_RESTART = "meta/restart"  # scalar: the step resumed from; text: what was resumed
 META_STATUS = "meta/status"  # text: completed / failed / terminated at step N
+# Runs brought in by ``mftb import``: tags of no equivalent keep their name under this prefix; the text
+# says where the run came from and what was not imported.
+IMPORT_PREFIX = "import/"
+IMPORT_SOURCE = "import/source"
 # What an imported run may record of its batches: the samples consumed through each step and the global
 # batch size (Megatron-LM's `consumed samples`, `global batch size`; MindFormers' PyNative trainer line).
-IMPORTED_CONSUMED_SAMPLES = "import/consumed_samples"
-IMPORTED_GLOBAL_BATCH_SIZE = "import/global_batch_size"
+IMPORTED_CONSUMED_SAMPLES = IMPORT_PREFIX + "consumed_samples"
+IMPORTED_GLOBAL_BATCH_SIZE = IMPORT_PREFIX + "global_batch_size"
 VS_SAMPLES_SUFFIX = "_vs_samples"
 VS_TOKENS_SUFFIX = "_vs_tokens"
 # Tags that get "vs samples"/"vs tokens" twins when those x-axes are enabled.
