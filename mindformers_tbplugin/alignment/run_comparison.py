@@ -112,7 +112,7 @@ def _step_rule(loss: TagComparison, run: ImportedRun, criteria: Criteria, axis: 
     if criteria.recommended_steps:
         hours_rule = f" or {criteria.recommended_hours:g} h" if criteria.recommended_hours else ""
         rule += f" ({criteria.recommended_steps} steps{hours_rule} recommended)"
-    duration = "" if hours is None else f" over {hours:.1f} h" if hours >= 1 else f" over {hours * 60:.1f} min"
+    duration = "" if hours is None else f" over {hours:.1f} h" if hours >= 1 else f" over {hours * 3600:.0f} s"
     detail = f"{covered} steps compared{duration}"
     return Check("step count", rule, covered >= criteria.min_steps, detail)
 
