@@ -59,9 +59,9 @@ class TagComparison:
 
 
 def _float(value: Any) -> float | None:
-    """A JSON-safe float: NaN (no defined relative error) becomes None."""
+    """A JSON-safe float: NaN (no defined relative error, a non-finite value) and infinity become None."""
     value = float(value)
-    return None if np.isnan(value) else value
+    return value if np.isfinite(value) else None
 
 
 def compare_tag(tag: str, aligned: Aligned, threshold: float, criteria: TagCriteria | None) -> TagComparison:
@@ -74,7 +74,15 @@ def compare_tag(tag: str, aligned: Aligned, threshold: float, criteria: TagCrite
         comparison.summary = dict.fromkeys(FIELDS) | {"steps": 0, "pass": False if criteria else None}
         comparison.passed = False if criteria else None
         return comparison
-    defined = ~np.isnan(rel_err)
+    # a non-finite value makes its errors NaN, which stay in every summary; a baseline value of 0 only
+    # leaves the relative error undefined, and that step out of the relative summaries
+    nonfinite = ~(np.isfinite(aligned.run) & np.isfinite(aligned.base))
+    if nonfinite.any():
+        comparison.notes.append(
+            f"{int(nonfinite.sum())} compared steps have a non-finite value (the first at step "
+            f"{int(steps[np.argmax(nonfinite)])}): their errors are undefined, and so are the means and maxima"
+        )
+    defined = ~np.isnan(rel_err) | nonfinite
     undefined = int(len(rel_err) - defined.sum())
     if undefined:
         comparison.notes.append(
@@ -87,11 +95,11 @@ def compare_tag(tag: str, aligned: Aligned, threshold: float, criteria: TagCrite
     comparison.summary = {
         "steps": len(steps),
         "first_step": int(steps[0]),
-        "first_abs_err": float(abs_err[0]),
+        "first_abs_err": _float(abs_err[0]),
         "first_rel_err": _float(rel_err[0]),
-        "mean_abs_err": float(abs_err.mean()),
+        "mean_abs_err": _float(abs_err.mean()),
         "mean_rel_err": _float(rel_err[defined].mean()) if defined.any() else None,
-        "max_abs_err": float(abs_err[max_at]),
+        "max_abs_err": _float(abs_err[max_at]),
         "max_rel_err": _float(rel_err[defined].max()) if defined.any() else None,
         "max_step": int(steps[max_at]),
         "first_divergent_step": first_divergent,
@@ -106,23 +114,23 @@ def compare_tag(tag: str, aligned: Aligned, threshold: float, criteria: TagCrite
 
 def _checks(comparison: TagComparison, criteria: TagCriteria) -> list[Check]:
     summary = comparison.summary
-    nan = float("nan")
     checks = []
     if criteria.first_step is not None:
         abs_err, rel_err = summary["first_abs_err"], summary["first_rel_err"]
-        ok = bool(criteria.first_step.holds(abs_err, nan if rel_err is None else rel_err))
+        ok = bool(criteria.first_step.holds(_or_nan(abs_err), _or_nan(rel_err)))
         checks.append(
             Check(
                 "first step",
                 criteria.first_step.describe(),
                 ok,
-                f"step {summary['first_step']}: abs {abs_err:.6g}, rel {_percent(rel_err)}",
+                f"step {summary['first_step']}: abs {_general(abs_err)}, rel {_percent(rel_err)}",
             )
         )
     if criteria.mean is not None:
         abs_err, rel_err = summary["mean_abs_err"], summary["mean_rel_err"]
-        ok = bool(criteria.mean.holds(abs_err, nan if rel_err is None else rel_err))
-        checks.append(Check("mean", criteria.mean.describe(), ok, f"abs {abs_err:.6g}, rel {_percent(rel_err)}"))
+        ok = bool(criteria.mean.holds(_or_nan(abs_err), _or_nan(rel_err)))
+        detail = f"abs {_general(abs_err)}, rel {_percent(rel_err)}"
+        checks.append(Check("mean", criteria.mean.describe(), ok, detail))
     if criteria.per_step is not None:
         aligned = comparison.aligned
         close = criteria.per_step.close(aligned.run, aligned.base, comparison.threshold)
@@ -137,6 +145,14 @@ def _checks(comparison: TagComparison, criteria: TagCriteria) -> list[Check]:
             )
         )
     return checks
+
+
+def _or_nan(value: float | None) -> float:
+    return float("nan") if value is None else value
+
+
+def _general(value: float | None) -> str:
+    return "undefined" if value is None else f"{value:.6g}"
 
 
 def _percent(value: float | None) -> str:

@@ -165,3 +165,16 @@ def test_an_imported_run_compares_by_its_consumed_samples():
     assert fields["steps"] == 2 and fields["first_step"] == 32
     assert fields["first_abs_err"] == pytest.approx(0.25) and fields["max_abs_err"] == pytest.approx(0.25)
     assert fields["mean_abs_err"] == pytest.approx(0.125)
+
+
+def test_a_nan_loss_fails_and_the_json_stays_json():
+    import json
+
+    run = dict(BASE_LOSS) | {3: float("nan")}
+    result = compare_runs(_run(train__loss=run), _run(train__loss=BASE_LOSS), MINDFORMERS)
+    fields = result.tags["train/loss"].summary
+    assert fields["first_divergent_step"] == 3 and fields["max_step"] == 3
+    assert fields["mean_abs_err"] is None and fields["max_abs_err"] is None
+    assert result.verdict == "fail"
+    document = json.loads(json.dumps(as_json(result, "r", "b"), allow_nan=False))
+    assert any("non-finite value (the first at step 3)" in note for note in document["notes"])
