@@ -147,3 +147,29 @@ def test_the_same_runs_imported_from_their_printed_logs_give_the_same_verdict(
         assert printed["steps"] == fields["steps"] and printed["max_step"] == fields["max_step"], tag
         # the log prints the loss with 6 decimals: the errors agree to that
         assert printed["mean_abs_err"] == pytest.approx(fields["mean_abs_err"], abs=2e-6), tag
+
+
+def test_by_samples_and_inside_a_second_baselines_spread(tiny_run: TrainingRun, low_lr_run: TrainingRun) -> None:
+    by_steps = json.loads(compare(str(low_lr_run.run_dir), str(tiny_run.run_dir), "--json", "-").stdout)
+    result = compare(str(low_lr_run.run_dir), str(tiny_run.run_dir), "--x", "samples", "--json", "-")
+    assert result.returncode == 1, result.stdout + result.stderr
+    by_samples = json.loads(result.stdout)
+    # both write train/loss_vs_samples: the same points, at x = step x the samples per step
+    twin = dict(read_scalars(tiny_run.run_dir)["train/loss_vs_samples"])
+    per_step = min(twin) // min(dict(read_scalars(tiny_run.run_dir)["train/loss"]))
+    assert list(by_samples["tags"]) == ["train/loss", "train/lr"]  # grad_norm has no samples twin
+    assert any("not compared by samples: train/grad_norm" in note for note in by_samples["notes"])
+    for tag in by_samples["tags"]:
+        steps, samples = by_steps["tags"][tag], by_samples["tags"][tag]
+        for name in ("first_step", "max_step", "first_divergent_step"):
+            assert samples[name] == (None if steps[name] is None else steps[name] * per_step), (tag, name)
+        for name in ("steps", "mean_abs_err", "max_abs_err", "mean_rel_err", "pass"):
+            assert samples[name] == steps[name], (tag, name)
+    # a second baseline: the baseline's own printed log, the same training, so its spread is the
+    # log's rounding alone; the run is far outside it
+    log = str(tiny_run.folder / "output" / "log" / "rank_0" / "info.log")
+    result = compare(str(low_lr_run.run_dir), str(tiny_run.run_dir), "--noise", log, "--json", "-")
+    assert result.returncode == 1, result.stdout + result.stderr
+    noise = json.loads(result.stdout)["noise"]["train/loss"]
+    assert noise["steps"] == 32 and noise["spread_max_abs_err"] <= 1e-6
+    assert noise["within_fraction"] < 0.9 and noise["pass"] is False
