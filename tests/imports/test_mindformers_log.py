@@ -84,7 +84,8 @@ def _line_r13(epoch, epochs, step, per_epoch, loss, mean, sink):  # r1.3.0 f90b5
     return text
 
 
-def _line_r16(epoch, epochs, step, per_epoch, loss, mean, sink):  # r1.6.0 29ac301: + train_throughput_per_npu (1.4+)
+def _line_r16(epoch, epochs, step, per_epoch, loss, mean, sink):
+    """r1.6.0 29ac301 (r1.4.0-beta1 86acd01 and r1.5.0 6753ecf print the same): + train_throughput_per_npu."""
     throughput_info = ", train_throughput_per_npu: %.3fT" % (12.3456)
     loss_part = "loss: %5.3f, " % loss if sink else "loss:[%5.3f/%5.3f], " % (loss, mean)
     return (
@@ -129,6 +130,17 @@ def _line_r17(epoch, epochs, step, per_epoch, loss, mean, sink):  # r1.7.0 b7798
     )
 
 
+def _line_r18(epoch, epochs, step, per_epoch, loss, mean, sink):  # r1.8.0 54827e5: f-strings, MoE without aux
+    loss_info = f"loss: {loss:5.6f}, " if sink else f"loss:[{loss:5.6f}/{mean:5.6f}], "
+    separate_loss = f"lm_loss: {loss - 0.25:5.6f}, " + f"mtp_loss: {0.25:5.6f}, "
+    return (
+        "{ Epoch:[%3d/%3d], step:[%5d/%5d], "
+        + loss_info
+        + separate_loss
+        + "per_step_time: %dms, lr: %s, overflow cond: %s, loss_scale: %s, global_norm: %s%s"
+    ) % (epoch, epochs, step, per_epoch, 180, "[0.0005]", "False", "1.0", np.array([0.5], np.float32), "")
+
+
 def _line_r19(epoch, epochs, step, per_epoch, loss, mean, sink):  # r1.9.0 6e2f7f4: + indexer_loss, f-strings
     loss_info = f"loss: {loss:5.6f}, " if sink else f"loss:[{loss:5.6f}/{mean:5.6f}], "
     separate_loss = f"lm_loss: {loss - 0.25:5.6f}, " + f"mtp_loss: {0.25:5.6f}, " + f"indexer_loss: {0.125:5.6f}, "
@@ -147,7 +159,13 @@ def _progress(percent: float) -> str:  # the line print_output_info prints after
 
 @pytest.mark.parametrize(
     ("release", "make", "decimals"),
-    [("r1.3.0", _line_r13, 3), ("r1.6.0", _line_r16, 3), ("r1.7.0", _line_r17, 6), ("r1.9.0", _line_r19, 6)],
+    [
+        ("r1.3.0", _line_r13, 3),
+        ("r1.6.0", _line_r16, 3),
+        ("r1.7.0", _line_r17, 6),
+        ("r1.8.0", _line_r18, 6),
+        ("r1.9.0", _line_r19, 6),
+    ],
 )
 @pytest.mark.parametrize("sink", [False, True])
 def test_each_releases_line_folds_epochs_into_the_global_step(tmp_path: Path, release, make, decimals, sink) -> None:
@@ -176,7 +194,7 @@ def test_each_releases_line_folds_epochs_into_the_global_step(tmp_path: Path, re
     if release == "r1.6.0":
         assert run.scalars["perf/model_tflops_per_device"][3] == 12.346 and "train/loss_scale" not in run.scalars
         assert run.skipped == ["12 value(s) of 'loss_scale' that are not numbers"]  # "unavailable"
-    if release in ("r1.7.0", "r1.9.0"):
+    if release in ("r1.7.0", "r1.8.0", "r1.9.0"):
         assert run.scalars["train/loss_lm"][7] == pytest.approx(round(losses[7] - 0.25, 6))
         assert run.scalars["train/loss_mtp"][7] == 0.25
     if release == "r1.7.0":
