@@ -13,7 +13,13 @@ from collections import defaultdict
 from pathlib import Path
 
 from mindformers_tbplugin.errors import UsageError
-from mindformers_tbplugin.imports import megatron_log, mindformers_log, tensorboard_folder
+from mindformers_tbplugin.imports import (
+    hf_trainer_state,
+    megatron_log,
+    mindformers_log,
+    mindspore_summary,
+    tensorboard_folder,
+)
 from mindformers_tbplugin.imports.imported_run import ImportedRun, SourceFormat
 from mindformers_tbplugin.pipeline.metrics import TRAIN_LOSS
 
@@ -21,6 +27,8 @@ FIRST_BYTES = 1 << 16  # what a sniffer sees of each file
 # The formats tried, in this order (a file is given to the first whose sniffer accepts it).
 FORMATS: list[SourceFormat] = [
     tensorboard_folder.FORMAT,
+    mindspore_summary.FORMAT,
+    hf_trainer_state.FORMAT,
     mindformers_log.FORMAT,
     megatron_log.FORMAT,
 ]
@@ -90,8 +98,14 @@ def _main_and_nested(paths: list[Path], unranked: list[_Group]) -> tuple[Importe
     if outside:
         listing = "; ".join(f"{_describe(fmt, files)} ({fmt.name})" for fmt, files in unranked)
         raise UsageError(f"{', '.join(map(str, paths))} holds several runs: {listing}. Name the one to import.")
-    nested = {group[1][0].parent.relative_to(top).as_posix(): group[0].read(group[1]) for group in unranked[1:]}
-    return unranked[0][0].read(unranked[0][1]), nested
+    main = unranked[0][0].read(unranked[0][1])
+    nested = {}
+    for fmt, files in unranked[1:]:
+        if fmt.name == tensorboard_folder.NAME:  # a run folder's sub-runs (``baseline``)
+            nested[files[0].parent.relative_to(top).as_posix()] = fmt.read(files)
+        else:  # a Trainer's checkpoint-N/trainer_state.json: an earlier copy of the state
+            main.notes.append(f"{_describe(fmt, files)} ({fmt.name}) under it is not imported; name it to import it")
+    return main, nested
 
 
 def _groups(paths: list[Path]) -> list[tuple[SourceFormat, list[Path], int | None]]:

@@ -20,6 +20,7 @@ import re
 import struct
 from pathlib import Path
 
+from mindformers_tbplugin.imports.hf_trainer_state import LOSS_DECIMALS, logging_interval
 from mindformers_tbplugin.imports.imported_run import METADATA_FILE, Histogram, ImportedRun, SourceFormat
 from mindformers_tbplugin.pipeline import metrics as m
 from mindformers_tbplugin.tfevents.decode import decode_value, tensor_array, tensor_strings
@@ -27,7 +28,6 @@ from mindformers_tbplugin.tfevents.records import CORRUPT, HEADER_BYTES, RecordR
 from mindformers_tbplugin.tfevents.wire import read_key, read_varint, skip_field, tensor_scalar
 
 NAME = "tensorboard"
-IMPORT_PREFIX = "import/"
 _FILE_VERSION = b"brain.Event:"
 _unpack_f64 = struct.Struct("<d").unpack_from
 
@@ -205,7 +205,7 @@ def _event(collector: _Collector, buf: bytes, i: int, end: int) -> None:
             i = skip_field(buf, i, key)
     if summary is None:
         return
-    collector.run.wall_times[step] = wall_time
+    collector.run.wall_times.setdefault(step, wall_time)
     i, stop = summary
     while i < stop:
         key, i = read_key(buf, i)
@@ -226,18 +226,22 @@ def _mapped(raw: ImportedRun, files: list[Path]) -> ImportedRun:
     if writer is None:
         raw.format = metadata.get("format", NAME)
         if not any(m.is_builtin_tag(tag) for tag in tags) and tags:
-            _rename(raw, {tag: (IMPORT_PREFIX + tag, 1.0) for tag in every_tag if not m.is_builtin_tag(tag)})
+            _rename(raw, {tag: (m.IMPORT_PREFIX + tag, 1.0) for tag in every_tag if not m.is_builtin_tag(tag)})
         raw.averaged_over = {k: int(v) for k, v in metadata.get("averaged_over", {}).items()}
         raw.resolution = {k: float(v) for k, v in metadata.get("resolution", {}).items()}
         raw.notes.extend(metadata.get("notes", []))
         return raw
     fmt, _, mapping, resolution = WRITERS[writer]
     raw.format = fmt
-    renames = {tag: mapping.get(tag, (IMPORT_PREFIX + tag, 1.0)) for tag in every_tag}
+    renames = {tag: mapping.get(tag, (m.IMPORT_PREFIX + tag, 1.0)) for tag in every_tag}
     if writer == "hugging-face":  # its eval/* logs are ours already
         renames.update({tag: (tag, 1.0) for tag in every_tag if tag.startswith(m.EVAL_PREFIX)})
     _rename(raw, renames)
     raw.resolution = {tag: value for tag, value in resolution.items() if tag in raw.scalars}
+    if writer == "hugging-face" and m.TRAIN_LOSS in raw.scalars:  # Trainer logs its loss as hf_trainer_state says
+        interval = logging_interval(list(raw.scalars[m.TRAIN_LOSS]))
+        raw.averaged_over = {m.TRAIN_LOSS: interval} if interval > 1 else {}
+        raw.resolution[m.TRAIN_LOSS] = 10.0**-LOSS_DECIMALS
     if writer == "megatron" and m.PERF_STEP_TIME_MS in raw.scalars:
         raw.notes.append("iteration-time converted from seconds to milliseconds")
     return raw
@@ -250,7 +254,7 @@ def _rename(run: ImportedRun, renames: dict[str, tuple[str, float]]) -> None:
         scalars[ours] = series if factor == 1.0 else {step: value * factor for step, value in series.items()}
     run.scalars = scalars
     for family in (run.histograms, run.images, run.texts):
-        for tag in [t for t in family if t in renames and renames[t][0].startswith(IMPORT_PREFIX)]:
+        for tag in [t for t in family if t in renames and renames[t][0].startswith(m.IMPORT_PREFIX)]:
             family[renames[tag][0]] = family.pop(tag)
 
 

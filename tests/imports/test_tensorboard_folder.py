@@ -157,6 +157,8 @@ def test_hugging_face_tensorboard_callback(tmp_path: Path) -> None:
     }.items():
         assert run.scalars[ours] == dict(theirs[their_tag]), their_tag
     assert '"logging_dir"' in run.texts["import/args/text_summary"][0]
+    # Trainer logs the loss as the mean of the steps since its previous log, to 4 decimals.
+    assert run.averaged_over == {} and run.resolution == {"train/loss": 0.0001}
 
 
 def test_our_run_keeps_every_tag_and_its_histograms_and_texts(tmp_path: Path) -> None:
