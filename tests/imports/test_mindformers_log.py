@@ -6,11 +6,13 @@ not installed here built with their callback.py's own format strings (the refs a
 # ruff: noqa: UP031
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TrainingRun, read_scalars
+from conftest import MFTB, TrainingRun, read_scalars, subprocess_env
 
 from mindformers_tbplugin.imports import detect, mindformers_log
 
@@ -42,6 +44,29 @@ def test_the_tiny_trainings_log_is_what_its_monitor_wrote_within_the_printed_res
     assert run.scalars["train/overflow"] == dict.fromkeys(range(1, 33), 0.0)
     assert set(run.scalars["perf/step_time_ms"].values()) != {0.0}
     assert sorted(run.wall_times) == list(range(1, 33)) and run.skipped == []
+
+
+def test_mftb_import_of_the_tiny_trainings_log_overlays_its_run(tiny_run: TrainingRun, tmp_path: Path) -> None:
+    """`mftb import output/log` (the command as a user types it) writes a run whose train/loss is the monitored
+    run's at every step, within the printed resolution and the two runs' float32 events."""
+    result = subprocess.run(
+        [MFTB, "import", str(tiny_run.folder / "output" / "log"), "--logdir", str(tmp_path), "--name", "fromlog"],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "imported mindformers-log" in result.stdout
+    imported = {tag: dict(points) for tag, points in read_scalars(tmp_path / "fromlog").items()}
+    written = {tag: dict(points) for tag, points in read_scalars(tiny_run.run_dir).items()}
+    metadata = json.loads((tmp_path / "fromlog" / "mftb_import.json").read_text())
+    assert metadata["format"] == "mindformers-log" and metadata["resolution"]["train/loss"] == pytest.approx(1e-6)
+    for tag in ("train/loss", "train/grad_norm"):
+        assert sorted(imported[tag]) == sorted(written[tag]) == list(range(1, 33))
+        for step, value in written[tag].items():
+            allowed = metadata["resolution"][tag] / 2 + abs(value) * 2**-23
+            assert abs(imported[tag][step] - value) <= allowed, (tag, step)
 
 
 # -- the releases' own format strings -------------------------------------------------------------------------
