@@ -27,10 +27,10 @@ FIRST_BYTES = 1 << 16  # what a sniffer sees of each file
 # The formats tried, in this order (a file is given to the first whose sniffer accepts it).
 FORMATS: list[SourceFormat] = [
     tensorboard_folder.FORMAT,
-    mindformers_log.FORMAT,
-    megatron_log.FORMAT,
     mindspore_summary.FORMAT,
     hf_trainer_state.FORMAT,
+    mindformers_log.FORMAT,
+    megatron_log.FORMAT,
 ]
 _ROTATED = re.compile(r"^(?P<base>.+?)(?:\.(?P<part>\d+))?$")
 # Where a rank's files live: MindFormers' output/log/rank_N/, msrun's worker_N.log, our rank_N/ runs.

@@ -6,11 +6,14 @@ reordered or added by forks, validation lines and lines that do not parse."""
 # ruff: noqa: UP032
 from __future__ import annotations
 
+import json
 import math
+import subprocess
 from datetime import datetime
 from pathlib import Path
 
 import pytest
+from conftest import MFTB, read_scalars, subprocess_env
 
 from mindformers_tbplugin.imports import detect, megatron_log
 
@@ -299,3 +302,24 @@ def test_sniff_finds_an_iteration_line_and_nothing_else(tmp_path: Path) -> None:
     # main's _print_args and validate_args, printed long before the first iteration line
     assert megatron_log.sniff(tmp_path, b"------------------------ arguments ------------------------\n")
     assert megatron_log.sniff(tmp_path, b"[default0]:using world size: 8, data-parallel size: 8, context-parallel")
+
+
+def test_mftb_import_of_a_megatron_log_records_its_interval_and_resolution(tmp_path: Path) -> None:
+    """`mftb import train.log` as a user types it: the run folder TensorBoard reads, and mftb_import.json
+    with what a comparison needs."""
+    iterations = [1, *range(10, 401, 10)]  # main prints the first iteration, then every --log-interval 10
+    lines = [line_main(it, _timestamp(it)) for it in iterations]
+    source = _write(tmp_path, ["[default7]:" + line for line in lines])
+    result = subprocess.run(
+        [MFTB, "import", str(source), "--logdir", str(tmp_path / "logs")],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"imported megatron-log into {tmp_path / 'logs' / 'train'}" in result.stdout
+    points = dict(read_scalars(tmp_path / "logs" / "train")["train/loss"])
+    assert points == {it: pytest.approx(_loss(it), rel=1e-6) for it in iterations}
+    metadata = json.loads((tmp_path / "logs" / "train" / "mftb_import.json").read_text())
+    assert metadata["averaged_over"]["train/loss"] == 10 and metadata["resolution"]["train/grad_norm"] == 0.001

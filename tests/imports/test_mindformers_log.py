@@ -6,11 +6,13 @@ not installed here built with their callback.py's own format strings (the refs a
 # ruff: noqa: UP031
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TrainingRun, read_scalars
+from conftest import MFTB, TrainingRun, read_scalars, subprocess_env
 
 from mindformers_tbplugin.imports import detect, mindformers_log
 
@@ -42,6 +44,29 @@ def test_the_tiny_trainings_log_is_what_its_monitor_wrote_within_the_printed_res
     assert run.scalars["train/overflow"] == dict.fromkeys(range(1, 33), 0.0)
     assert set(run.scalars["perf/step_time_ms"].values()) != {0.0}
     assert sorted(run.wall_times) == list(range(1, 33)) and run.skipped == []
+
+
+def test_mftb_import_of_the_tiny_trainings_log_overlays_its_run(tiny_run: TrainingRun, tmp_path: Path) -> None:
+    """`mftb import output/log` (the command as a user types it) writes a run whose train/loss is the monitored
+    run's at every step, within the printed resolution and the two runs' float32 events."""
+    result = subprocess.run(
+        [MFTB, "import", str(tiny_run.folder / "output" / "log"), "--logdir", str(tmp_path), "--name", "fromlog"],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "imported mindformers-log" in result.stdout
+    imported = {tag: dict(points) for tag, points in read_scalars(tmp_path / "fromlog").items()}
+    written = {tag: dict(points) for tag, points in read_scalars(tiny_run.run_dir).items()}
+    metadata = json.loads((tmp_path / "fromlog" / "mftb_import.json").read_text())
+    assert metadata["format"] == "mindformers-log" and metadata["resolution"]["train/loss"] == pytest.approx(1e-6)
+    for tag in ("train/loss", "train/grad_norm"):
+        assert sorted(imported[tag]) == sorted(written[tag]) == list(range(1, 33))
+        for step, value in written[tag].items():
+            allowed = metadata["resolution"][tag] / 2 + abs(value) * 2**-23
+            assert abs(imported[tag][step] - value) <= allowed, (tag, step)
 
 
 # -- the releases' own format strings -------------------------------------------------------------------------
@@ -84,7 +109,8 @@ def _line_r13(epoch, epochs, step, per_epoch, loss, mean, sink):  # r1.3.0 f90b5
     return text
 
 
-def _line_r16(epoch, epochs, step, per_epoch, loss, mean, sink):  # r1.6.0 29ac301: + train_throughput_per_npu (1.4+)
+def _line_r16(epoch, epochs, step, per_epoch, loss, mean, sink):
+    """r1.6.0 29ac301 (r1.4.0-beta1 86acd01 and r1.5.0 6753ecf print the same): + train_throughput_per_npu."""
     throughput_info = ", train_throughput_per_npu: %.3fT" % (12.3456)
     loss_part = "loss: %5.3f, " % loss if sink else "loss:[%5.3f/%5.3f], " % (loss, mean)
     return (
@@ -129,6 +155,17 @@ def _line_r17(epoch, epochs, step, per_epoch, loss, mean, sink):  # r1.7.0 b7798
     )
 
 
+def _line_r18(epoch, epochs, step, per_epoch, loss, mean, sink):  # r1.8.0 54827e5: f-strings, MoE without aux
+    loss_info = f"loss: {loss:5.6f}, " if sink else f"loss:[{loss:5.6f}/{mean:5.6f}], "
+    separate_loss = f"lm_loss: {loss - 0.25:5.6f}, " + f"mtp_loss: {0.25:5.6f}, "
+    return (
+        "{ Epoch:[%3d/%3d], step:[%5d/%5d], "
+        + loss_info
+        + separate_loss
+        + "per_step_time: %dms, lr: %s, overflow cond: %s, loss_scale: %s, global_norm: %s%s"
+    ) % (epoch, epochs, step, per_epoch, 180, "[0.0005]", "False", "1.0", np.array([0.5], np.float32), "")
+
+
 def _line_r19(epoch, epochs, step, per_epoch, loss, mean, sink):  # r1.9.0 6e2f7f4: + indexer_loss, f-strings
     loss_info = f"loss: {loss:5.6f}, " if sink else f"loss:[{loss:5.6f}/{mean:5.6f}], "
     separate_loss = f"lm_loss: {loss - 0.25:5.6f}, " + f"mtp_loss: {0.25:5.6f}, " + f"indexer_loss: {0.125:5.6f}, "
@@ -147,7 +184,13 @@ def _progress(percent: float) -> str:  # the line print_output_info prints after
 
 @pytest.mark.parametrize(
     ("release", "make", "decimals"),
-    [("r1.3.0", _line_r13, 3), ("r1.6.0", _line_r16, 3), ("r1.7.0", _line_r17, 6), ("r1.9.0", _line_r19, 6)],
+    [
+        ("r1.3.0", _line_r13, 3),
+        ("r1.6.0", _line_r16, 3),
+        ("r1.7.0", _line_r17, 6),
+        ("r1.8.0", _line_r18, 6),
+        ("r1.9.0", _line_r19, 6),
+    ],
 )
 @pytest.mark.parametrize("sink", [False, True])
 def test_each_releases_line_folds_epochs_into_the_global_step(tmp_path: Path, release, make, decimals, sink) -> None:
@@ -176,7 +219,7 @@ def test_each_releases_line_folds_epochs_into_the_global_step(tmp_path: Path, re
     if release == "r1.6.0":
         assert run.scalars["perf/model_tflops_per_device"][3] == 12.346 and "train/loss_scale" not in run.scalars
         assert run.skipped == ["12 value(s) of 'loss_scale' that are not numbers"]  # "unavailable"
-    if release in ("r1.7.0", "r1.9.0"):
+    if release in ("r1.7.0", "r1.8.0", "r1.9.0"):
         assert run.scalars["train/loss_lm"][7] == pytest.approx(round(losses[7] - 0.25, 6))
         assert run.scalars["train/loss_mtp"][7] == 0.25
     if release == "r1.7.0":
