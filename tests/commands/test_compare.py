@@ -2,6 +2,9 @@
 against itself, and against a training with another learning rate, every field checked against errors
 recomputed here from TensorBoard's own reading (EventAccumulator) of both run folders."""
 
+# The Megatron-LM line is built with training_log's str.format calls as the source has them.
+# ruff: noqa: UP032
+
 from __future__ import annotations
 
 import json
@@ -173,3 +176,51 @@ def test_by_samples_and_inside_a_second_baselines_spread(tiny_run: TrainingRun, 
     noise = json.loads(result.stdout)["noise"]["train/loss"]
     assert noise["steps"] == 32 and noise["spread_max_abs_err"] <= 1e-6
     assert noise["within_fraction"] < 0.9 and noise["pass"] is False
+
+
+def megatron_line(it: int, batch: int, loss: float, lr: float, grad_norm: float) -> str:
+    """core_r0.6.0's training_log line (megatron/training/training.py), its format calls as the source has them."""
+    log_string = f" [2024-05-01 10:00:{it:02d}]"
+    log_string += " iteration {:8d}/{:8d} |".format(it, 32)
+    log_string += " consumed samples: {:12d} |".format(it * batch)
+    log_string += " elapsed time per iteration (ms): {:.1f} |".format(1234.56)
+    log_string += " learning rate: {:.6E} |".format(lr)
+    log_string += " global batch size: {:5d} |".format(batch)
+    log_string += " {}: {:.6E} |".format("lm loss", loss)
+    log_string += " loss scale: {:.1f} |".format(1.0)
+    log_string += " grad norm: {:.3f} |".format(grad_norm)
+    log_string += " number of skipped iterations: {:3d} |".format(0)
+    return log_string
+
+
+def test_a_megatron_baseline_of_means_over_its_log_interval(tiny_run: TrainingRun, tmp_path: Path) -> None:
+    """The tiny training as Megatron-LM would print it with --log-interval 4: the loss a mean over the 4
+    iterations, grad norm and lr the iteration's own, at the printed precision."""
+    written = {tag: dict(points) for tag, points in read_scalars(tiny_run.run_dir).items()}
+    loss, lr, norm = written["train/loss"], written["train/lr"], written["train/grad_norm"]
+    per_step = min(written["train/loss_vs_samples"]) // min(loss)
+
+    def log(batch: int) -> Path:
+        lines = [
+            megatron_line(it, batch, sum(loss[s] for s in range(it - 3, it + 1)) / 4, lr[it], norm[it])
+            for it in range(4, 33, 4)
+        ]
+        path = tmp_path / f"megatron_{batch}.log"
+        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        return path
+
+    result = compare(str(tiny_run.run_dir), str(log(per_step)), "--json", "-")
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = json.loads(result.stdout)
+    fields = document["tags"]["train/loss"]
+    # compared at the 8 printed iterations, each against the run's mean over the same 4 steps, which
+    # differs from the printed mean by its {:.6E} rounding only
+    assert fields["steps"] == 8 and fields["first_step"] == 4
+    assert fields["max_rel_err"] < 1e-6 and fields["pass"] is True
+    assert any("baseline's values are means over 4 steps" in note for note in document["notes"])
+    # grad norm printed with 3 decimals: differences up to 0.0005 are its rounding, not errors
+    assert document["tags"]["train/grad_norm"]["max_abs_err"] == 0
+    # a baseline that says another global batch size is not compared by step
+    result = compare(str(tiny_run.run_dir), str(log(per_step * 2)))
+    assert result.returncode == 2
+    assert f"the run consumes {per_step} samples per step and the baseline {per_step * 2}" in result.stderr
