@@ -74,6 +74,7 @@ def test_benchmark_harness_writes_a_table(tmp_path: Path) -> None:
     assert re.search(r"\| 10 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x \|", text)  # event bytes per point
     assert re.search(r"\| hook on \(the installed `.pth` imports the package\) \| [0-9.]+ \|", text)
     assert re.search(r"\| max_queue 10,000 \| \d+ \| [0-9.]+ \| 10,000 \| [\d,]+ \| 1 \|", text)
+    assert re.search(r"\| read_source \(the run folder\) \| 20,000 \| 120,000 \| [0-9.]+ \| [0-9.]+ \| [\d,]+ \|", text)
     assert re.search(r"\| MFLossMonitor only \| [0-9.]+ \| [0-9.]+-[0-9.]+ \| baseline \|", text)
     assert re.search(r"\| \+ TensorBoardMonitor, log_every 1 \| [0-9.]+ \| [0-9.-]+ \| [+-][0-9.]+% \|", text)
     # TensorBoardMonitor switched on and off in blocks within one real training

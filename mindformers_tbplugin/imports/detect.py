@@ -65,47 +65,50 @@ def read_source(paths: list[Path]) -> ImportedRun:
     unranked: list[_Group] = []
     for fmt, files, rank in _groups([Path(p) for p in paths]):
         (ranked[rank] if rank is not None else unranked).append((fmt, files))
-    main, nested = _main_and_nested(paths, unranked)
-    subs: dict[int, ImportedRun] = {}
-    notes: list[str] = []
-    for rank in sorted(ranked):
-        runs = [(_describe(fmt, files), fmt.read(files)) for fmt, files in ranked[rank]]
-        with_points = [pair for pair in runs if pair[1].scalars] or runs
-        subs[rank] = with_points[0][1]
-        for where, _ in with_points[1:]:
-            notes.append(f"{where}: rank {rank} again; {with_points[0][0]} was imported")
+    main = _one_run(paths, unranked, None) if unranked else None
+    subs = {rank: _one_run(paths, groups, rank) for rank, groups in sorted(ranked.items())}
     if main is None and len(subs) == 1:
         rank, main = subs.popitem()
         main.notes.append(f"rank {rank}'s files")
     elif main is None:
         main = _main_of_ranks(paths, subs)
     main.sub_runs.update({f"rank_{rank}": run for rank, run in subs.items()})
-    main.sub_runs.update(nested)
-    main.notes.extend(notes)
     return main
 
 
-def _main_and_nested(paths: list[Path], unranked: list[_Group]) -> tuple[ImportedRun | None, dict[str, ImportedRun]]:
-    """The run outside any rank's place, and the runs in folders under it (a run folder's ``baseline``
-    sub-run) by their relative folder; several runs side by side are an error."""
-    if not unranked:
-        return None, {}
-    unranked = sorted(unranked, key=lambda group: len(group[1][0].parts))
-    top = unranked[0][1][0].parent
-    outside = [
-        group for group in unranked[1:] if not group[1][0].parent.is_relative_to(top) or group[1][0].parent == top
-    ]
-    if outside:
-        listing = "; ".join(f"{_describe(fmt, files)} ({fmt.name})" for fmt, files in unranked)
+def _one_run(paths: list[Path], groups: list[_Group], rank: int | None) -> ImportedRun:
+    """The run of one rank (or of no rank's place): the group highest in the folder tree, with the
+    TensorBoard folders below it as its sub-runs by relative folder (a run folder's ``baseline``;
+    tensorboardX's ``add_scalars`` folders). Two groups side by side are two copies of a rank's logs
+    (``rank_0/info.log``, ``worker_0.log``: the one with most points is read) or, outside ranks, an error."""
+    groups = sorted(groups, key=lambda group: len(group[1][0].parts))
+    roots = [group for group in groups if not any(_below(group, other) for other in groups)]
+    if len(roots) > 1 and rank is None:
+        listing = "; ".join(f"{_describe(fmt, files)} ({fmt.name})" for fmt, files in roots)
         raise UsageError(f"{', '.join(map(str, paths))} holds several runs: {listing}. Name the one to import.")
-    main = unranked[0][0].read(unranked[0][1])
-    nested = {}
-    for fmt, files in unranked[1:]:
-        if fmt.name == tensorboard_folder.NAME:  # a run folder's sub-runs (``baseline``)
-            nested[files[0].parent.relative_to(top).as_posix()] = fmt.read(files)
+    read = [(group, group[0].read(group[1])) for group in sorted(roots, key=lambda group: group[1][0])]
+    # Rotated logs lose their oldest parts; an msrun worker log keeps all: the copy with most points wins.
+    (fmt, files), run = max(read, key=lambda pair: sum(map(len, pair[1].scalars.values())))
+    for other, _ in read:
+        if other[1] != files:
+            run.notes.append(f"{_describe(*other)}: rank {rank} again; {_describe(fmt, files)} was imported")
+    top = files[0].parent
+    for below_fmt, below in groups:
+        if not _below((below_fmt, below), (fmt, files)):
+            continue
+        if below_fmt.name == tensorboard_folder.NAME:
+            run.sub_runs[below[0].parent.relative_to(top).as_posix()] = below_fmt.read(below)
         else:  # a Trainer's checkpoint-N/trainer_state.json: an earlier copy of the state
-            main.notes.append(f"{_describe(fmt, files)} ({fmt.name}) under it is not imported; name it to import it")
-    return main, nested
+            run.notes.append(
+                f"{_describe(below_fmt, below)} ({below_fmt.name}) under it is not imported; name it to import it"
+            )
+    return run
+
+
+def _below(group: _Group, other: _Group) -> bool:
+    """``group``'s files are in a folder strictly under ``other``'s."""
+    folder, other_folder = group[1][0].parent, other[1][0].parent
+    return folder != other_folder and folder.is_relative_to(other_folder)
 
 
 def _groups(paths: list[Path]) -> list[tuple[SourceFormat, list[Path], int | None]]:
@@ -171,6 +174,7 @@ def _main_of_ranks(paths: list[Path], subs: dict[int, ImportedRun]) -> ImportedR
     main.notes.append(f"the main run shows rank {shown}'s values; every rank is its rank_<id> sub-run")
     for rank, run in subs.items():
         main.skipped.extend(f"rank {rank}: {what}" for what in run.skipped)
+        main.notes.extend(f"rank {rank}: {note}" for note in run.notes)
         if run.stopped_at:
             main.stopped_at = "; ".join(filter(None, [main.stopped_at, f"rank {rank}: {run.stopped_at}"]))
     return main
