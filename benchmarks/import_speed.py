@@ -25,7 +25,7 @@ from mindformers_tbplugin.imports.imported_run import ImportedRun
 
 TARGET_S = 10.0
 STEPS = 1_000_000
-QUICK_STEPS = 20_000
+QUICK_STEPS = 5_000
 START = datetime(2026, 1, 5, 8, 0, 0)
 
 

@@ -64,7 +64,7 @@ def test_benchmark_harness_writes_a_table(tmp_path: Path) -> None:
     assert heading in text
     assert text.split(heading)[1].startswith("Not measured: needs `.venvs/mf2.0`") or re.search(row, text)
     assert "| tensorboardX add_scalar x10 |" in text
-    imported = r"\| Megatron-LM \(core_r0\.16 line\) \| 20,000 \| 20,000 \| [0-9.]+ \| [0-9.]+ \| [\d,]+ \| 20,000 \|"
+    imported = r"\| Megatron-LM \(core_r0\.16 line\) \| 5,000 \| 5,000 \| [0-9.]+ \| [0-9.]+ \| [\d,]+ \| 5,000 \|"
     assert re.search(imported, text)
     assert re.search(r"Ratio tensorboardX / mftb: \*\*[0-9.]+x\*\*", text)
     assert re.search(r"\| tiny LLaMA, sampled to 65,536 \| 21 \| 133,440 \| [0-9.]+ \| [0-9.]+ \|", text)

@@ -154,10 +154,18 @@ def _column(run: ImportedRun, key: str, steps: list[int], texts: tuple[str, ...]
     # any other "<name>: <x.xxxxxxE+yy>" field is a loss averaged like lm loss (total_loss_dict)
     averaged = key in _MEANS or ("E" in texts[0] and key not in TAGS)
     for tag in tags:
-        run.scalars.setdefault(tag, {}).update(series)
+        _merge(run, tag, series if tag == tags[0] else dict(series))
         run.resolution[tag] = max(run.resolution.get(tag, 0.0), printed_log.resolution(texts[0], largest))
         if averaged:
             run.averaged_over[tag] = 1  # until the log interval is known, from every iteration printed
+
+
+def _merge(run: ImportedRun, tag: str, series: dict[int, float]) -> None:
+    """A block's points into the run's, later lines winning; a tag's first block is kept as it is."""
+    if tag in run.scalars:
+        run.scalars[tag].update(series)
+    else:
+        run.scalars[tag] = series
 
 
 def _validation(run: ImportedRun, step: int, suffix: str, test: bool, rest: str) -> None:

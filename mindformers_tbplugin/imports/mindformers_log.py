@@ -171,7 +171,10 @@ def _read(paths: list[Path], run: ImportedRun) -> None:
             if not series:
                 continue
             tag = TAGS.get(key) or metrics.IMPORT_PREFIX + printed_log.import_name(key)
-            run.scalars.setdefault(tag, {}).update(series)
+            if tag in run.scalars:  # a later block (another layout): its lines win
+                run.scalars[tag].update(series)
+            else:
+                run.scalars[tag] = series
             if key == "overflow cond":
                 continue
             largest = max(map(abs, series.values()))
