@@ -17,12 +17,14 @@ import mindspore  # noqa: F401  (first: tensorboard's protobufs loaded before it
 
 from benchmarks import (
     alert_engine_cost,
+    compare_speed,
     crash_loss,
     decode_cost,
     encode_cost,
     event_bytes,
     histogram_cost,
     import_cost,
+    import_speed,
     layer_norms,
     moe_cost,
     moe_dashboard,
@@ -59,6 +61,8 @@ SECTIONS = [
     ranks_dashboard,
     moe_dashboard,
     runs_listing,
+    import_speed,
+    compare_speed,
 ]
 
 TARGET_US = 20.0

@@ -22,6 +22,7 @@ COMMANDS = (
     "mindformers_tbplugin.commands.doctor",
     "mindformers_tbplugin.commands.runs",
     "mindformers_tbplugin.commands.import_runs",
+    "mindformers_tbplugin.commands.compare",
 )
 
 

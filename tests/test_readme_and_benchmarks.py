@@ -65,6 +65,8 @@ def test_benchmark_harness_writes_a_table(tmp_path: Path) -> None:
     assert text.split(heading)[1].startswith("Not measured: needs `.venvs/mf2.0`") or re.search(row, text)
     assert "| tensorboardX add_scalar x10 |" in text
     assert re.search(r"\| `mftb runs ROOT --json` \| [0-9.]+ \| [0-9.]+ \|", text)  # over 1,000 runs with --quick
+    imported = r"\| Megatron-LM \(core_r0\.16 line\) \| 5,000 \| 5,000 \| [0-9.]+ \| [0-9.]+ \| [\d,]+ \| 5,000 \|"
+    assert re.search(imported, text)
     assert re.search(r"Ratio tensorboardX / mftb: \*\*[0-9.]+x\*\*", text)
     assert re.search(r"\| tiny LLaMA, sampled to 65,536 \| 21 \| 133,440 \| [0-9.]+ \| [0-9.]+ \|", text)
     assert re.search(r"\| synthetic LLaMA 4 layers \(float16\), sampled to 65,536 \| 38 \| 336,609,280 \|", text)
@@ -103,6 +105,8 @@ def test_benchmark_harness_writes_a_table(tmp_path: Path) -> None:
     assert re.search(
         r"- Tiny LLaMA: the signals at their defaults cost \*\*[+-][0-9.]+ µs per ordinary logged step", text
     )
+    compared = r"\| `mftb compare RUN BASELINE --json PATH` \(a new process; both folders read\)( \| [0-9.-]+){3} \|"
+    assert "## mftb compare: two runs of 20,000 steps" in text and re.search(compared, text)
 
 
 def _block(readme: str, language: str, first_line: str) -> str:

@@ -13,7 +13,13 @@ from collections import defaultdict
 from pathlib import Path
 
 from mindformers_tbplugin.errors import UsageError
-from mindformers_tbplugin.imports import hf_trainer_state, mindspore_summary, tensorboard_folder
+from mindformers_tbplugin.imports import (
+    hf_trainer_state,
+    megatron_log,
+    mindformers_log,
+    mindspore_summary,
+    tensorboard_folder,
+)
 from mindformers_tbplugin.imports.imported_run import ImportedRun, SourceFormat
 from mindformers_tbplugin.pipeline import metrics as m
 
@@ -23,6 +29,8 @@ FORMATS: list[SourceFormat] = [
     tensorboard_folder.FORMAT,
     mindspore_summary.FORMAT,
     hf_trainer_state.FORMAT,
+    mindformers_log.FORMAT,
+    megatron_log.FORMAT,
 ]
 _ROTATED = re.compile(r"^(?P<base>.+?)(?:\.(?P<part>\d+))?$")
 # Where a rank's files live: MindFormers' output/log/rank_N/, msrun's worker_N.log, our rank_N/ runs.
