@@ -254,6 +254,7 @@ def test_ranks_dashboard_draws_the_heatmap_and_names_the_straggler(tmp_path: Pat
             first = driver.find_element("css selector", "#stragglers li")
             straggler_text = first.text
             slow_nodes = [li.text for li in driver.find_elements("css selector", "#slow-nodes li")]
+            on_host6 = driver.find_element("css selector", '#stragglers li[data-rank="50"]').text
             first.click()
             log_line = ""
             while "worker" not in log_line and time.monotonic() < deadline:
@@ -270,7 +271,19 @@ def test_ranks_dashboard_draws_the_heatmap_and_names_the_straggler(tmp_path: Pat
 
     assert ranks[0] == "19", f"straggler list: {ranks}"
     assert "rank 19 (host2)" in straggler_text and "since step 260" in straggler_text
-    assert slow_nodes == ["node host6: 8 of 8 ranks slow in 10 record(s), since step 410"]
+    (slow_node,) = slow_nodes
+    assert re.fullmatch(
+        r"node host6: 8 of 8 ranks slow in 10 record\(s\), since step 410, its median 1\.(19|2\d)\dx the job "
+        r"median then",
+        slow_node,
+    ), slow_node
+    # a rank slow because its host is: never the slowest, so no "slowest in 0 record(s), 0.000x the median"
+    assert re.fullmatch(
+        r"rank 50 \(host6\): slow in 10 record\(s\) \(above 1\.1x the median\) since step 410, 1\.(19|2\d)\dx the "
+        r"median on average then; on slow node host6 \(all its ranks slow in 10 record\(s\), its median 1\.(19|2\d)\dx "
+        r"the job median then\)",
+        on_host6,
+    ), on_host6
     assert log_line == "worker log: /jobs/out/msrun_log/2/worker_19.log"
     assert re.fullmatch(r"rank 19, node host2, step (\d+): 1\.3\d* x median", tip), tip
     # 64 rows of 4 px: every third rank labelled (12 px apart); step ticks from the first record on.
