@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -99,10 +100,27 @@ def any_free_port(host: str = LOOPBACK) -> int:
         return sock.getsockname()[1]
 
 
-def get_json(port: int, path: str, timeout: float = 2.0) -> object | None:
-    """GET ``http://127.0.0.1:port/path`` as JSON; None when nothing (or something else) answers."""
+def protected_argv(tensorboard: list[str], certfile: Path | None = None, keyfile: Path | None = None) -> list[str]:
+    """The command of TensorBoard behind the access token and/or TLS (viewer/protected_server.py), with the
+    flags ``tensorboard_argv`` gives the ``tensorboard`` program; the token goes in the environment."""
+    argv = [sys.executable, "-m", "mindformers_tbplugin.viewer.protected_server"]
+    if certfile is not None:
+        argv += ["--certfile", str(certfile)]
+    if keyfile is not None:
+        argv += ["--keyfile", str(keyfile)]
+    return [*argv, "--", *tensorboard[1:]]
+
+
+def get_json(port: int, path: str, timeout: float = 2.0, token: str | None = None, tls: bool = False) -> object | None:
+    """GET ``http://127.0.0.1:port/path`` (``https`` with ``tls``, the token as a Bearer header) as JSON;
+    None when nothing (or something else) answers."""
+    request = urllib.request.Request(f"{'https' if tls else 'http'}://{LOOPBACK}:{port}{path}")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    # Our own server on loopback: its certificate names the host users reach it by, not 127.0.0.1.
+    context = ssl._create_unverified_context() if tls else None
     try:
-        with urllib.request.urlopen(f"http://{LOOPBACK}:{port}{path}", timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             return json.loads(response.read().decode("utf-8"))
     except (OSError, ValueError, urllib.error.URLError):
         return None
@@ -133,13 +151,15 @@ def probe(port: int, timeout: float = 2.0) -> ServerFacts | None:
     return ServerFacts(port, logdir, runs if isinstance(runs, list) else [], environment.get("version"), flags)
 
 
-def wait_until_serving(process: subprocess.Popen, port: int, timeout: float = 120.0) -> bool:
+def wait_until_serving(
+    process: subprocess.Popen, port: int, timeout: float = 120.0, token: str | None = None, tls: bool = False
+) -> bool:
     """Poll until the server answers over HTTP; False if it exited or the time ran out first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             return False
-        if get_json(port, "/data/environment", timeout=1.0) is not None:
+        if get_json(port, "/data/environment", timeout=1.0, token=token, tls=tls) is not None:
             return True
         time.sleep(0.2)
     return False
