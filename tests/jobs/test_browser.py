@@ -114,6 +114,49 @@ def test_scalars_dashboard_shows_the_run_and_its_loss_curve(tmp_path: Path, tiny
     _keep_picture(screenshot)
 
 
+def test_a_shared_tensorboard_opens_with_its_token_and_its_pages_load_through_the_cookie(tmp_path: Path) -> None:
+    """`mftb tensorboard --bind_all`: without the token the page says how to get in and shows no data; the
+    printed URL's ?token= is traded for a cookie (the address bar loses it) and the scalars dashboard's
+    own requests (runs, tags, points: TensorBoard's XHRs, same origin) carry the cookie and draw the run."""
+    from mindformers_tbplugin.tfevents.writer import RunWriter
+    from mindformers_tbplugin.viewer.access_token import cookie_name
+
+    run_name = "llama_tiny_20261129-120000"
+    writer = RunWriter(tmp_path / "tb" / run_name)
+    writer.add_session_start(1)
+    for step in range(1, 65):
+        writer.add_scalars(step, {"train/loss": 2.0 / step, "train/lr": 1e-3})
+    writer.close()
+    port = tensorboard_server.free_port(18366)
+    with mftb_tensorboard(tmp_path / "tb", "--bind_all", "--port", str(port)) as server:
+        (ready,) = [line for line in server.lines if line.startswith("TensorBoard is ready:")]
+        token = ready.split()[3].split("?token=")[1]
+        driver = open_chromium()
+        try:
+            driver.get(f"http://127.0.0.1:{port}/#scalars")
+            refused = driver.execute_script("return document.body.innerText")
+            driver.get(f"http://127.0.0.1:{port}/?token={token}#scalars&tagFilter=train%2Floss")
+            address = driver.current_url
+            deadline = time.monotonic() + 90
+            text, vertices = "", 0
+            while time.monotonic() < deadline:
+                text = driver.execute_script(DEEP_TEXT_JS)
+                vertices = driver.execute_script(LINE_VERTICES_JS, "path.line")
+                if run_name in text and vertices >= 60:
+                    break
+                time.sleep(1)
+            cookies = {cookie["name"]: cookie for cookie in driver.get_cookies()}
+        finally:
+            driver.quit()
+
+    assert "This TensorBoard needs its access token" in refused and run_name not in refused, refused
+    assert address == f"http://127.0.0.1:{port}/#scalars&tagFilter=train%2Floss", address  # no token left in it
+    cookie = cookies[cookie_name(port)]
+    assert (cookie["value"], cookie["httpOnly"], cookie["sameSite"]) == (token, True, "Lax")
+    assert run_name in text and "train/loss" in text, text[:2000]
+    assert vertices >= 60, f"no chart drew the 64 steps (most vertices in a line: {vertices})"
+
+
 def test_per_rank_runs_and_the_ranks_dashboard_of_an_msrun_job(tmp_path: Path, tiny_data: Path) -> None:
     """A real 2-rank job, rank 1 slowed: per-rank runs beside the main run in the scalars dashboard;
     the ranks plugin enabled in a plain TensorBoard, its routes and its heatmap naming rank 1."""
