@@ -117,7 +117,10 @@ def test_scalars_dashboard_shows_the_run_and_its_loss_curve(tmp_path: Path, tiny
 def test_a_shared_tensorboard_opens_with_its_token_and_its_pages_load_through_the_cookie(tmp_path: Path) -> None:
     """`mftb tensorboard --bind_all`: without the token the page says how to get in and shows no data; the
     printed URL's ?token= is traded for a cookie (the address bar loses it) and the scalars dashboard's
-    own requests (runs, tags, points: TensorBoard's XHRs, same origin) carry the cookie and draw the run."""
+    own requests (runs, tags, points: TensorBoard's XHRs, same origin) carry the cookie and draw the run;
+    so do a dynamic plugin's frame, ES module and JSON requests (the ranks dashboard)."""
+    from tb_helpers import matrices, write_ranks_run
+
     from mindformers_tbplugin.tfevents.writer import RunWriter
     from mindformers_tbplugin.viewer.access_token import cookie_name
 
@@ -127,6 +130,9 @@ def test_a_shared_tensorboard_opens_with_its_token_and_its_pages_load_through_th
     for step in range(1, 65):
         writer.add_scalars(step, {"train/loss": 2.0 / step, "train/lr": 1e-3})
     writer.close()
+    slow = matrices(16, 12)
+    slow[:, 11, 0] *= 1.5
+    write_ranks_run(tmp_path / "tb" / "job", slow)
     port = tensorboard_server.free_port(18366)
     with mftb_tensorboard(tmp_path / "tb", "--bind_all", "--port", str(port)) as server:
         (ready,) = [line for line in server.lines if line.startswith("TensorBoard is ready:")]
@@ -146,6 +152,7 @@ def test_a_shared_tensorboard_opens_with_its_token_and_its_pages_load_through_th
                     break
                 time.sleep(1)
             cookies = {cookie["name"]: cookie for cookie in driver.get_cookies()}
+            drawn, ranks = _ranks_dashboard(driver, port, deadline=time.monotonic() + 90)
         finally:
             driver.quit()
 
@@ -155,6 +162,7 @@ def test_a_shared_tensorboard_opens_with_its_token_and_its_pages_load_through_th
     assert (cookie["value"], cookie["httpOnly"], cookie["sameSite"]) == (token, True, "Lax")
     assert run_name in text and "train/loss" in text, text[:2000]
     assert vertices >= 60, f"no chart drew the 64 steps (most vertices in a line: {vertices})"
+    assert drawn == str(16 * 12) and ranks[0] == "11", (drawn, ranks)
 
 
 def test_per_rank_runs_and_the_ranks_dashboard_of_an_msrun_job(tmp_path: Path, tiny_data: Path) -> None:
