@@ -96,7 +96,7 @@ class Tallies:
         np.add.at(self.excess, worst, relative[has_value, worst])
         slow = relative > SLOW_FACTOR
         self.slow += slow.sum(axis=0)
-        self.slow_excess += np.where(slow, relative, 0.0).sum(axis=0)
+        self.slow_excess += relative.sum(axis=0, where=slow)
         self.first, self.last = _first_last(slow, offset, self.first, self.last)
         if len(self.nodes.sizes):
             whole = self.nodes.whole(slow)
