@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import MFTB, subprocess_env
-from tb_helpers import MftbTensorBoard, matrices, mftb_tensorboard, wait_for, write_ranks_run
+from tb_helpers import MftbTensorBoard, listening_addresses, matrices, mftb_tensorboard, wait_for, write_ranks_run
 
 from mindformers_tbplugin.tfevents.writer import RunWriter
 from mindformers_tbplugin.viewer import access_token, tensorboard_server
@@ -103,6 +103,7 @@ def test_every_route_needs_the_token_and_the_token_opens_every_route(
 ) -> None:
     server, token = shared
     port = server.port
+    assert listening_addresses(port) & {"0.0.0.0", "::"}  # every interface; this test comes through 127.0.0.1
     routes = served_routes(logdir)
     assert len(routes) > 150 and sum(body is not None for body in routes.values()) > 80  # TensorBoard 2.21: 174, 83
     ours = {path for path in routes if path.startswith(("/data/plugin/ranks/", "/data/plugin/moe/"))}
