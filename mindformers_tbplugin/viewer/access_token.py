@@ -24,6 +24,7 @@ from urllib.parse import quote, unquote_plus
 from mindformers_tbplugin.errors import UsageError
 
 TOKEN_ENV = "MFTB_TENSORBOARD_TOKEN"
+REALM = 'Bearer realm="TensorBoard"'  # the WWW-Authenticate of a refusal: how `mftb doctor` knows the gate
 QUERY_KEY = "token"
 MIN_LENGTH = 16
 GENERATED_BYTES = 24  # 32 URL-safe characters, 192 bits
@@ -220,7 +221,7 @@ def _refuse(start_response: Callable) -> Iterable[bytes]:
         [
             ("Content-Type", "text/html; charset=utf-8"),
             ("Content-Length", str(len(PAGE_401))),
-            ("WWW-Authenticate", 'Bearer realm="TensorBoard"'),
+            ("WWW-Authenticate", REALM),
             ("Cache-Control", "no-store"),
         ],
     )

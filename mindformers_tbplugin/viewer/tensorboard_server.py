@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mindformers_tbplugin.errors import UsageError
+from mindformers_tbplugin.viewer.access_token import REALM, TOKEN_ENV
 
 LOOPBACK = "127.0.0.1"
 PORT_SEARCH_SPAN = 100
@@ -138,17 +139,37 @@ class ServerFacts:
 
 
 def probe(port: int, timeout: float = 2.0) -> ServerFacts | None:
-    """Ask the server on ``port`` which logdir it serves and which runs it sees; None if no TensorBoard answers."""
-    environment = get_json(port, "/data/environment", timeout)
-    if not isinstance(environment, dict):
+    """Ask the server on ``port`` which logdir it serves and which runs it sees; None if no TensorBoard answers.
+    A shared one (``mftb tensorboard --bind_all``) is asked with the token in the environment, over HTTPS
+    when it does not answer HTTP."""
+    token = os.environ.get(TOKEN_ENV) or None
+    for tls in (False, True):
+        environment = get_json(port, "/data/environment", timeout, token, tls)
+        if isinstance(environment, dict):
+            break
+    else:
         return None
     logdir = environment.get("data_location")
     if not logdir:  # older servers
-        legacy = get_json(port, "/data/logdir", timeout)
+        legacy = get_json(port, "/data/logdir", timeout, token, tls)
         logdir = legacy.get("logdir") if isinstance(legacy, dict) else None
-    runs = get_json(port, "/data/runs", timeout)
+    runs = get_json(port, "/data/runs", timeout, token, tls)
     flags = (environment.get("debug") or {}).get("flags") or {}
     return ServerFacts(port, logdir, runs if isinstance(runs, list) else [], environment.get("version"), flags)
+
+
+def who_listens(port: int, timeout: float = 2.0) -> str:
+    """What listens on 127.0.0.1:``port`` when :func:`probe` found no TensorBoard there."""
+    for tls in (False, True):
+        request = urllib.request.Request(f"{'https' if tls else 'http'}://{LOOPBACK}:{port}/data/environment")
+        try:
+            urllib.request.urlopen(request, timeout=timeout, context=ssl._create_unverified_context() if tls else None)
+        except urllib.error.HTTPError as error:
+            if error.code == 401 and error.headers.get("WWW-Authenticate") == REALM:
+                return f"a TensorBoard asking for its access token listens on {port} (set {TOKEN_ENV} to check it)"
+        except OSError:
+            continue
+    return f"something else listens on 127.0.0.1:{port}"
 
 
 def wait_until_serving(

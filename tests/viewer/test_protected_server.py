@@ -198,7 +198,9 @@ def self_signed(folder: Path) -> tuple[Path, Path]:
     return cert, key
 
 
-def test_https_with_a_certificate_and_the_token_from_the_environment(logdir: Path, tmp_path: Path) -> None:
+def test_https_with_a_certificate_and_the_token_from_the_environment(
+    logdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cert, key = self_signed(tmp_path)
     trusted = ssl.create_default_context(cafile=str(cert))  # the client checks the server's certificate
     port = tensorboard_server.free_port(18706)
@@ -215,6 +217,9 @@ def test_https_with_a_certificate_and_the_token_from_the_environment(logdir: Pat
         assert status == 303 and headers["set-cookie"].endswith("; Secure")  # the cookie travels over HTTPS only
         with pytest.raises((http.client.HTTPException, OSError)):  # plain HTTP gets no answer
             request(port, "/data/runs", {"Authorization": f"Bearer {TOKEN}"})
+        assert "asking for its access token" in tensorboard_server.who_listens(port)  # what `mftb doctor` says
+        monkeypatch.setenv(access_token.TOKEN_ENV, TOKEN)
+        assert tensorboard_server.probe(port).logdir == str(logdir)  # ... and sees with the token
     assert TOKEN not in server.output  # given by the user: never printed
 
 
