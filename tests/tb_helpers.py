@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -48,6 +49,7 @@ CHROMIUM_FLAGS = (
 class MftbTensorBoard:
     process: subprocess.Popen[str]
     lines: list[str] = field(default_factory=list)
+    reader: threading.Thread | None = None  # drains the output once ready: a full pipe would stall the server
 
     @property
     def output(self) -> str:
@@ -67,8 +69,16 @@ class MftbTensorBoard:
         except subprocess.TimeoutExpired:
             self.process.kill()
             code = self.process.wait()
-        self.lines += self.process.stdout.readlines()
+        if self.reader is not None:
+            self.reader.join(timeout=30)
+        else:
+            self.lines += self.process.stdout.readlines()
         return code
+
+    def drain(self) -> None:
+        """Keep reading the output into ``lines`` in the background (TensorBoard warns on stderr per request)."""
+        self.reader = threading.Thread(target=lambda: self.lines.extend(self.process.stdout), daemon=True)
+        self.reader.start()
 
 
 @contextlib.contextmanager
@@ -97,6 +107,7 @@ def mftb_tensorboard(
                 break
         else:
             raise AssertionError(f"mftb tensorboard not ready within {timeout} s:\n{server.output}")
+        server.drain()
         yield server
     finally:
         server.stop()

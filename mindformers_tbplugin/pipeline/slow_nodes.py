@@ -34,6 +34,9 @@ class NodeGroups:
         starts = np.searchsorted(node_of[order], np.arange(count))
         return cls(order, starts, np.diff(np.append(starts, world_size)))
 
+    def ranks_of(self, node: int) -> np.ndarray:
+        return self.order[self.starts[node] : self.starts[node] + self.sizes[node]]
+
     def whole(self, slow: np.ndarray) -> np.ndarray:
         """(records, nodes): every rank of the node slow, from ``slow`` (records, ranks) bool."""
         if not len(self.starts):
@@ -76,7 +79,7 @@ class SlowNodeTags:
     def _describe(self, slow: tuple[int, ...], relative: np.ndarray) -> str:
         names, parts = self.layout.node_names, []
         for node in slow:
-            ranks = self.groups.order[self.groups.starts[node] : self.groups.starts[node] + self.groups.sizes[node]]
+            ranks = self.groups.ranks_of(node)
             size, factor = int(self.groups.sizes[node]), float(np.median(relative[ranks]))
             first, last = int(ranks.min()), int(ranks.max())
             name = names[node] if node < len(names) else f"node {node}"

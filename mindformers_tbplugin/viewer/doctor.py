@@ -343,7 +343,7 @@ def check_server(logdir: Path, port: int, runs: list[RunScan], port_given: bool,
         others = _servers_for(logdir)
         details = [f"TensorBoard serving it: http://{tensorboard_server.LOOPBACK}:{p}/" for p in others]
         listening = not tensorboard_server.port_is_free(port)
-        summary = f"something else listens on 127.0.0.1:{port}" if listening else f"nothing listens on {port}"
+        summary = tensorboard_server.who_listens(port) if listening else f"nothing listens on {port}"
         return Verdict(name, FAIL, summary, details, _view_command(view, f" --port {port}"))
     if not facts.logdir or not _same_or_parent(facts.logdir, logdir):
         return Verdict(
@@ -385,7 +385,7 @@ def _not_running(logdir: Path, port: int, facts: tensorboard_server.ServerFacts 
     if facts is not None:
         there = f"port {port} serves {facts.logdir or 'another logdir'}"
     elif not tensorboard_server.port_is_free(port):
-        there = f"something else listens on 127.0.0.1:{port}"
+        there = tensorboard_server.who_listens(port)
     else:
         there = f"nothing listens on {port}"
     return Verdict(

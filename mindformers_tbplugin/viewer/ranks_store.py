@@ -59,17 +59,19 @@ def _medians(values16: np.ndarray) -> np.ndarray:
 @dataclass
 class Tallies:
     """Per rank, over all records: how often it was the slowest, how often slow (> SLOW_FACTOR x the
-    median), the sum of its relative step time when slowest, and the first and last record it was
+    median), the sums of its relative step time in those records, and the first and last record it was
     slow in (-1: never). Per node: how many records had every one of its ranks slow (a slow host, not
-    a slow rank), and the first and last of them."""
+    a slow rank), the sum of its ranks' median relative step time in them, and the first and last."""
 
     slowest: np.ndarray
     slow: np.ndarray
-    excess: np.ndarray
+    excess: np.ndarray  # relative step time summed over the records the rank was the slowest of
+    slow_excess: np.ndarray  # ... over the records it was slow in
     first: np.ndarray
     last: np.ndarray
     nodes: NodeGroups
     node_whole: np.ndarray  # per node: records with all of its ranks slow
+    node_excess: np.ndarray  # per node: its ranks' median relative step time summed over those records
     node_first: np.ndarray
     node_last: np.ndarray
 
@@ -79,8 +81,8 @@ class Tallies:
         groups = NodeGroups.of(nodes, world_size)
         node_zeros = np.zeros(len(groups.sizes), np.int64)
         return cls(
-            zeros.copy(), zeros.copy(), np.zeros(world_size), zeros - 1, zeros - 1,
-            groups, node_zeros.copy(), node_zeros - 1, node_zeros - 1,
+            zeros.copy(), zeros.copy(), np.zeros(world_size), np.zeros(world_size), zeros - 1, zeros - 1,
+            groups, node_zeros.copy(), np.zeros(len(groups.sizes)), node_zeros - 1, node_zeros - 1,
         )  # fmt: skip
 
     def add(self, step_times: np.ndarray, medians: np.ndarray, offset: int) -> None:
@@ -94,10 +96,14 @@ class Tallies:
         np.add.at(self.excess, worst, relative[has_value, worst])
         slow = relative > SLOW_FACTOR
         self.slow += slow.sum(axis=0)
+        self.slow_excess += relative.sum(axis=0, where=slow)
         self.first, self.last = _first_last(slow, offset, self.first, self.last)
         if len(self.nodes.sizes):
             whole = self.nodes.whole(slow)
             self.node_whole += whole.sum(axis=0)
+            for node in np.flatnonzero(whole.any(axis=0)).tolist():  # few: a slow host is rare
+                in_node = relative[whole[:, node]][:, self.nodes.ranks_of(node)]
+                self.node_excess[node] += float(np.median(in_node, axis=1).sum())
             self.node_first, self.node_last = _first_last(whole, offset, self.node_first, self.node_last)
 
 

@@ -125,10 +125,17 @@ def matrix(
     }
 
 
+def _mean(total: float, count: int) -> float | None:
+    """A mean over ``count`` records, None when there were none: a rank never the slowest has no
+    "relative step time when slowest", and 0 would read as a measurement."""
+    return round(float(total) / count, 4) if count > 0 else None
+
+
 def stragglers(run: RunRecords, limit: int = DEFAULT_STRAGGLERS) -> dict:
     """Ranks by how often they were slow (above SLOW_FACTOR x the record's median), then how often the
     slowest of a record, then by how much (in a large job some rank is the slowest of each record by
-    noise alone, so that count comes second); and the nodes whose ranks were all slow at once."""
+    noise alone, so that count comes second); and the nodes whose ranks were all slow at once. Each
+    rank of such a node says so: it is slow because its host is, and rarely the slowest rank."""
     tallies, count = run.tallies, run.count
     mean_excess = np.divide(
         tallies.excess, tallies.slowest, out=np.zeros_like(tallies.excess), where=tallies.slowest > 0
@@ -140,6 +147,7 @@ def stragglers(run: RunRecords, limit: int = DEFAULT_STRAGGLERS) -> dict:
     for rank in order.tolist():
         node = nodes[rank] if rank < len(nodes) else 0
         first, last = int(tallies.first[rank]), int(tallies.last[rank])
+        whole = int(tallies.node_whole[node]) if node < len(tallies.node_whole) else 0
         ranks.append(
             {
                 "rank": rank,
@@ -147,9 +155,13 @@ def stragglers(run: RunRecords, limit: int = DEFAULT_STRAGGLERS) -> dict:
                 "node_name": names[node] if node < len(names) else None,
                 "slowest": int(tallies.slowest[rank]),
                 "slow": int(tallies.slow[rank]),
-                "mean_relative_when_slowest": round(float(mean_excess[rank]), 4),
+                "mean_relative_when_slowest": _mean(tallies.excess[rank], int(tallies.slowest[rank])),
+                "mean_relative_when_slow": _mean(tallies.slow_excess[rank], int(tallies.slow[rank])),
                 "since_step": int(run.steps[first]) if 0 <= first < count else None,
                 "last_slow_step": int(run.steps[last]) if 0 <= last < count else None,
+                "slow_node": {"records": whole, "mean_relative": _mean(tallies.node_excess[node], whole)}
+                if whole
+                else None,
             }
         )
     return {"records": count, "slow_factor": SLOW_FACTOR, "ranks": ranks, "nodes": _slow_nodes(run, limit)}
@@ -157,19 +169,22 @@ def stragglers(run: RunRecords, limit: int = DEFAULT_STRAGGLERS) -> dict:
 
 def _slow_nodes(run: RunRecords, limit: int) -> list[dict]:
     """Nodes that had every one of their ranks slow in some record (a host, not a rank), most often
-    first: ``node host5: 8 of 8 ranks slow in 12 records, since step 4500``."""
+    first: ``node host5: 8 of 8 ranks slow in 12 records, since step 4500``, with the median of its
+    ranks' relative step time in those records, averaged."""
     tallies, count, names = run.tallies, run.count, run.layout.node_names
     sizes = tallies.nodes.sizes
     order = np.lexsort((np.arange(len(sizes)), -tallies.node_whole))
     nodes = []
     for node in order[tallies.node_whole[order] > 0][: max(limit, 0)].tolist():
         first, last = int(tallies.node_first[node]), int(tallies.node_last[node])
+        records = int(tallies.node_whole[node])
         nodes.append(
             {
                 "node": node,
                 "node_name": names[node] if node < len(names) else None,
                 "ranks": int(sizes[node]),
-                "records": int(tallies.node_whole[node]),
+                "records": records,
+                "mean_relative": _mean(tallies.node_excess[node], records),
                 "since_step": int(run.steps[first]) if 0 <= first < count else None,
                 "last_slow_step": int(run.steps[last]) if 0 <= last < count else None,
             }

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mindformers_tbplugin.errors import UsageError
+from mindformers_tbplugin.viewer.access_token import REALM, TOKEN_ENV
 
 LOOPBACK = "127.0.0.1"
 PORT_SEARCH_SPAN = 100
@@ -99,10 +101,27 @@ def any_free_port(host: str = LOOPBACK) -> int:
         return sock.getsockname()[1]
 
 
-def get_json(port: int, path: str, timeout: float = 2.0) -> object | None:
-    """GET ``http://127.0.0.1:port/path`` as JSON; None when nothing (or something else) answers."""
+def protected_argv(tensorboard: list[str], certfile: Path | None = None, keyfile: Path | None = None) -> list[str]:
+    """The command of TensorBoard behind the access token and/or TLS (viewer/protected_server.py), with the
+    flags ``tensorboard_argv`` gives the ``tensorboard`` program; the token goes in the environment."""
+    argv = [sys.executable, "-m", "mindformers_tbplugin.viewer.protected_server"]
+    if certfile is not None:
+        argv += ["--certfile", str(certfile)]
+    if keyfile is not None:
+        argv += ["--keyfile", str(keyfile)]
+    return [*argv, "--", *tensorboard[1:]]
+
+
+def get_json(port: int, path: str, timeout: float = 2.0, token: str | None = None, tls: bool = False) -> object | None:
+    """GET ``http://127.0.0.1:port/path`` (``https`` with ``tls``, the token as a Bearer header) as JSON;
+    None when nothing (or something else) answers."""
+    request = urllib.request.Request(f"{'https' if tls else 'http'}://{LOOPBACK}:{port}{path}")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    # Our own server on loopback: its certificate names the host users reach it by, not 127.0.0.1.
+    context = ssl._create_unverified_context() if tls else None
     try:
-        with urllib.request.urlopen(f"http://{LOOPBACK}:{port}{path}", timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             return json.loads(response.read().decode("utf-8"))
     except (OSError, ValueError, urllib.error.URLError):
         return None
@@ -120,26 +139,48 @@ class ServerFacts:
 
 
 def probe(port: int, timeout: float = 2.0) -> ServerFacts | None:
-    """Ask the server on ``port`` which logdir it serves and which runs it sees; None if no TensorBoard answers."""
-    environment = get_json(port, "/data/environment", timeout)
-    if not isinstance(environment, dict):
+    """Ask the server on ``port`` which logdir it serves and which runs it sees; None if no TensorBoard answers.
+    A shared one (``mftb tensorboard --bind_all``) is asked with the token in the environment, over HTTPS
+    when it does not answer HTTP."""
+    token = os.environ.get(TOKEN_ENV) or None
+    for tls in (False, True):
+        environment = get_json(port, "/data/environment", timeout, token, tls)
+        if isinstance(environment, dict):
+            break
+    else:
         return None
     logdir = environment.get("data_location")
     if not logdir:  # older servers
-        legacy = get_json(port, "/data/logdir", timeout)
+        legacy = get_json(port, "/data/logdir", timeout, token, tls)
         logdir = legacy.get("logdir") if isinstance(legacy, dict) else None
-    runs = get_json(port, "/data/runs", timeout)
+    runs = get_json(port, "/data/runs", timeout, token, tls)
     flags = (environment.get("debug") or {}).get("flags") or {}
     return ServerFacts(port, logdir, runs if isinstance(runs, list) else [], environment.get("version"), flags)
 
 
-def wait_until_serving(process: subprocess.Popen, port: int, timeout: float = 120.0) -> bool:
+def who_listens(port: int, timeout: float = 2.0) -> str:
+    """What listens on 127.0.0.1:``port`` when :func:`probe` found no TensorBoard there."""
+    for tls in (False, True):
+        request = urllib.request.Request(f"{'https' if tls else 'http'}://{LOOPBACK}:{port}/data/environment")
+        try:
+            urllib.request.urlopen(request, timeout=timeout, context=ssl._create_unverified_context() if tls else None)
+        except urllib.error.HTTPError as error:
+            if error.code == 401 and error.headers.get("WWW-Authenticate") == REALM:
+                return f"a TensorBoard asking for its access token listens on {port} (set {TOKEN_ENV} to check it)"
+        except OSError:
+            continue
+    return f"something else listens on 127.0.0.1:{port}"
+
+
+def wait_until_serving(
+    process: subprocess.Popen, port: int, timeout: float = 120.0, token: str | None = None, tls: bool = False
+) -> bool:
     """Poll until the server answers over HTTP; False if it exited or the time ran out first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             return False
-        if get_json(port, "/data/environment", timeout=1.0) is not None:
+        if get_json(port, "/data/environment", timeout=1.0, token=token, tls=tls) is not None:
             return True
         time.sleep(0.2)
     return False

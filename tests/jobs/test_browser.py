@@ -114,6 +114,57 @@ def test_scalars_dashboard_shows_the_run_and_its_loss_curve(tmp_path: Path, tiny
     _keep_picture(screenshot)
 
 
+def test_a_shared_tensorboard_opens_with_its_token_and_its_pages_load_through_the_cookie(tmp_path: Path) -> None:
+    """`mftb tensorboard --bind_all`: without the token the page says how to get in and shows no data; the
+    printed URL's ?token= is traded for a cookie (the address bar loses it) and the scalars dashboard's
+    own requests (runs, tags, points: TensorBoard's XHRs, same origin) carry the cookie and draw the run;
+    so do a dynamic plugin's frame, ES module and JSON requests (the ranks dashboard)."""
+    from tb_helpers import matrices, write_ranks_run
+
+    from mindformers_tbplugin.tfevents.writer import RunWriter
+    from mindformers_tbplugin.viewer.access_token import cookie_name
+
+    run_name = "llama_tiny_20261129-120000"
+    writer = RunWriter(tmp_path / "tb" / run_name)
+    writer.add_session_start(1)
+    for step in range(1, 65):
+        writer.add_scalars(step, {"train/loss": 2.0 / step, "train/lr": 1e-3})
+    writer.close()
+    slow = matrices(16, 12)
+    slow[:, 11, 0] *= 1.5
+    write_ranks_run(tmp_path / "tb" / "job", slow)
+    port = tensorboard_server.free_port(18366)
+    with mftb_tensorboard(tmp_path / "tb", "--bind_all", "--port", str(port)) as server:
+        (ready,) = [line for line in server.lines if line.startswith("TensorBoard is ready:")]
+        token = ready.split()[3].split("?token=")[1]
+        driver = open_chromium()
+        try:
+            driver.get(f"http://127.0.0.1:{port}/#scalars")
+            refused = driver.execute_script("return document.body.innerText")
+            driver.get(f"http://127.0.0.1:{port}/?token={token}#scalars&tagFilter=train%2Floss")
+            address = driver.current_url
+            deadline = time.monotonic() + 90
+            text, vertices = "", 0
+            while time.monotonic() < deadline:
+                text = driver.execute_script(DEEP_TEXT_JS)
+                vertices = driver.execute_script(LINE_VERTICES_JS, "path.line")
+                if run_name in text and vertices >= 60:
+                    break
+                time.sleep(1)
+            cookies = {cookie["name"]: cookie for cookie in driver.get_cookies()}
+            drawn, ranks = _ranks_dashboard(driver, port, deadline=time.monotonic() + 90)
+        finally:
+            driver.quit()
+
+    assert "This TensorBoard needs its access token" in refused and run_name not in refused, refused
+    assert address == f"http://127.0.0.1:{port}/#scalars&tagFilter=train%2Floss", address  # no token left in it
+    cookie = cookies[cookie_name(port)]
+    assert (cookie["value"], cookie["httpOnly"], cookie["sameSite"]) == (token, True, "Lax")
+    assert run_name in text and "train/loss" in text, text[:2000]
+    assert vertices >= 60, f"no chart drew the 64 steps (most vertices in a line: {vertices})"
+    assert drawn == str(16 * 12) and ranks[0] == "11", (drawn, ranks)
+
+
 def test_per_rank_runs_and_the_ranks_dashboard_of_an_msrun_job(tmp_path: Path, tiny_data: Path) -> None:
     """A real 2-rank job, rank 1 slowed: per-rank runs beside the main run in the scalars dashboard;
     the ranks plugin enabled in a plain TensorBoard, its routes and its heatmap naming rank 1."""
@@ -254,6 +305,7 @@ def test_ranks_dashboard_draws_the_heatmap_and_names_the_straggler(tmp_path: Pat
             first = driver.find_element("css selector", "#stragglers li")
             straggler_text = first.text
             slow_nodes = [li.text for li in driver.find_elements("css selector", "#slow-nodes li")]
+            on_host6 = driver.find_element("css selector", '#stragglers li[data-rank="50"]').text
             first.click()
             log_line = ""
             while "worker" not in log_line and time.monotonic() < deadline:
@@ -270,7 +322,19 @@ def test_ranks_dashboard_draws_the_heatmap_and_names_the_straggler(tmp_path: Pat
 
     assert ranks[0] == "19", f"straggler list: {ranks}"
     assert "rank 19 (host2)" in straggler_text and "since step 260" in straggler_text
-    assert slow_nodes == ["node host6: 8 of 8 ranks slow in 10 record(s), since step 410"]
+    (slow_node,) = slow_nodes
+    assert re.fullmatch(
+        r"node host6: 8 of 8 ranks slow in 10 record\(s\), since step 410, its median 1\.(19|2\d)\dx the job "
+        r"median then",
+        slow_node,
+    ), slow_node
+    # a rank slow because its host is: never the slowest, so no "slowest in 0 record(s), 0.000x the median"
+    assert re.fullmatch(
+        r"rank 50 \(host6\): slow in 10 record\(s\) \(above 1\.1x the median\) since step 410, 1\.(19|2\d)\dx the "
+        r"median on average then; on slow node host6 \(all its ranks slow in 10 record\(s\), its median 1\.(19|2\d)\dx "
+        r"the job median then\)",
+        on_host6,
+    ), on_host6
     assert log_line == "worker log: /jobs/out/msrun_log/2/worker_19.log"
     assert re.fullmatch(r"rank 19, node host2, step (\d+): 1\.3\d* x median", tip), tip
     # 64 rows of 4 px: every third rank labelled (12 px apart); step ticks from the first record on.

@@ -136,6 +136,24 @@ def test_without_port_the_tensorboard_serving_the_logdir_is_found_on_its_port(tm
 
 
 @pytest.mark.process
+def test_a_shared_tensorboard_is_checked_with_the_token_in_the_environment(tmp_path: Path) -> None:
+    """`mftb tensorboard --bind_all` asks every request for its token: without it the doctor says so
+    (not "something else listens"); with MFTB_TENSORBOARD_TOKEN it checks the server as any other."""
+    logdir = tmp_path / "tb"
+    write_mftb_run(logdir / "run")
+    finished_long_ago(logdir)
+    token = {"MFTB_TENSORBOARD_TOKEN": "doctor-token-0123456789"}
+    port = tensorboard_server.free_port(17606)
+    with mftb_tensorboard(logdir, "--bind_all", "--port", str(port), env=token):
+        code, locked = doctor(logdir, "--port", str(port))
+        opened = doctor(logdir, "--port", str(port), **token)
+    assert code == 1
+    expected = f"a TensorBoard asking for its access token listens on {port} (set MFTB_TENSORBOARD_TOKEN to check it)"
+    assert f"[FAIL] TensorBoard on port {port}: {expected}" in locked, locked
+    assert opened[0] == 0 and f"[ OK ] TensorBoard on port {port}: serves {logdir} with 1 runs" in opened[1], opened
+
+
+@pytest.mark.process
 def test_server_flags_that_hide_points_are_named(tmp_path: Path) -> None:
     logdir = tmp_path / "tb"
     write_mftb_run(logdir / "resumed", 1, 20)

@@ -77,10 +77,17 @@ def test_stragglers_by_how_often_then_how_much_and_since_when(tmp_path: Path) ->
         "slowest": 28,
         "slow": 28,
         "mean_relative_when_slowest": pytest.approx(1.5, abs=0.02),
+        "mean_relative_when_slow": pytest.approx(1.5, abs=0.02),
         "since_step": 130,
         "last_slow_step": 400,
+        "slow_node": None,
     }
     assert (second["rank"], second["slow"], second["since_step"], second["node_name"]) == (9, 20, 210, "host1")
+    relative = _relative_step_times(values)
+    assert second["mean_relative_when_slow"] == pytest.approx(float(relative[20:, 9].mean()), abs=1e-4)
+    slowest = relative.argmax(axis=1) == 9  # by chance, in the few records where rank 5 was not slow yet
+    assert second["slowest"] == slowest.sum() > 0
+    assert second["mean_relative_when_slowest"] == pytest.approx(float(relative[slowest, 9].mean()), abs=1e-4)
     assert len(answer["ranks"]) == 3  # the others were only the slowest of some records, by chance
     assert answer["nodes"] == []  # one or two slow ranks are not a slow node
 
@@ -93,11 +100,40 @@ def test_a_node_whose_ranks_are_all_slow_is_named(tmp_path: Path) -> None:
     values[5:30, 9, 0] *= 1.4
     write_ranks_run(tmp_path / "job", values)
     answer = ranks_views.stragglers(ranks_run(tmp_path), limit=5)
+    relative = _relative_step_times(values)
+    node_1 = float(np.median(relative[30:, 8:16], axis=1).mean())
+    node_2 = float(np.median(relative[10:20, 16:24], axis=1).mean())
     assert answer["nodes"] == [
-        {"node": 1, "node_name": "host1", "ranks": 8, "records": 10, "since_step": 310, "last_slow_step": 400},
-        {"node": 2, "node_name": "host2", "ranks": 8, "records": 10, "since_step": 110, "last_slow_step": 200},
-    ]
+        {"node": 1, "node_name": "host1", "ranks": 8, "records": 10, "mean_relative": pytest.approx(node_1, abs=1e-4),
+         "since_step": 310, "last_slow_step": 400},
+        {"node": 2, "node_name": "host2", "ranks": 8, "records": 10, "mean_relative": pytest.approx(node_2, abs=1e-4),
+         "since_step": 110, "last_slow_step": 200},
+    ]  # fmt: skip
+    assert node_1 == pytest.approx(1.25, abs=0.02) and node_2 == pytest.approx(1.3, abs=0.02)
     assert answer["ranks"][0]["rank"] == 9  # the slow rank keeps its place among the ranks
+    # A rank slow because its host is: never the slowest (rank 9 is, at 1.4x), its slowness and its node's.
+    everyone = ranks_views.stragglers(ranks_run(tmp_path), limit=100)["ranks"]
+    (rank_17,) = [entry for entry in everyone if entry["rank"] == 17]
+    assert rank_17 == {
+        "rank": 17,
+        "node": 2,
+        "node_name": "host2",
+        "slowest": 0,
+        "slow": 10,
+        "mean_relative_when_slowest": None,
+        "mean_relative_when_slow": pytest.approx(float(relative[10:20, 17].mean()), abs=1e-4),
+        "since_step": 110,
+        "last_slow_step": 200,
+        "slow_node": {"records": 10, "mean_relative": pytest.approx(node_2, abs=1e-4)},
+    }
+    (rank_24,) = [entry for entry in everyone if entry["rank"] == 24]  # 7 of node 3's 8 ranks: not a slow node
+    assert (rank_24["slow"], rank_24["slow_node"]) == (2, None)
+
+
+def _relative_step_times(values: np.ndarray) -> np.ndarray:
+    """(records, ranks): each rank's step time over the record's median, from the float16 values written."""
+    step_times = values[..., 0].astype(np.float16).astype(np.float32)
+    return step_times / np.median(step_times, axis=1, keepdims=True)
 
 
 def test_new_records_are_read_incrementally_and_the_cache_follows(tmp_path: Path) -> None:

@@ -39,7 +39,7 @@ def test_serves_the_logdir_on_loopback_only_with_every_point(logdir: Path) -> No
     port = tensorboard_server.free_port(18006)
     with mftb_tensorboard(logdir, "--port", str(port), "--all_points") as server:
         assert server.port == port
-        assert f"TensorBoard is ready: http://127.0.0.1:{port}/" in server.output
+        assert f"TensorBoard is ready: http://127.0.0.1:{port}/  (Ctrl-C stops it)" in server.output  # no token
         assert listening_addresses(port) == {"127.0.0.1"}
         assert wait_for(lambda: tensorboard_server.get_json(port, "/data/runs")) == ["llama_tiny_20261129-120000"]
         flags = tensorboard_server.get_json(port, "/data/environment")["debug"]["flags"]
@@ -78,11 +78,12 @@ def test_relative_logdir_is_made_absolute_and_a_taken_port_is_skipped(logdir: Pa
             assert len(wait_for(lambda: scalars(server.port))) == 1000  # the default sampling, kept unless --all_points
 
 
-def test_bind_all_warns_that_every_log_is_exposed(logdir: Path) -> None:
+def test_bind_all_without_a_token_warns_that_every_log_is_exposed(logdir: Path) -> None:
+    """--auth none: the opt-out (with a token, the default: tests/viewer/test_protected_server.py)."""
     port = tensorboard_server.free_port(18206)
     ssh_session = {"SSH_CONNECTION": "203.0.113.7 52144 10.20.30.40 22"}
-    with mftb_tensorboard(logdir, "--port", str(port), "--bind_all", env=ssh_session) as server:
-        assert "WARNING: --bind_all" in server.output and "can read every log under" in server.output
+    with mftb_tensorboard(logdir, "--port", str(port), "--bind_all", "--auth", "none", env=ssh_session) as server:
+        assert "WARNING: --bind_all --auth none" in server.output and "can read every log under" in server.output
         assert listening_addresses(port) & {"0.0.0.0", "::"}
         assert wait_for(lambda: tensorboard_server.get_json(port, "/data/runs")) == ["llama_tiny_20261129-120000"]
     assert "ssh -N" not in server.output  # reachable without a tunnel

@@ -157,6 +157,24 @@ async function showRank(ui, rank) {
   drawSeries(ui.series, data.steps, data.channels[state.channel], data.medians[state.channel]);
 }
 
+// What the records say of a straggler, and only that: a count of 0 has no "how much" to show.
+function stragglerFacts(s, factor) {
+  const facts = [];
+  if (s.slow) {
+    facts.push(`slow in ${s.slow} record(s) (above ${factor}x the median) since step ${s.since_step}, ${
+      s.mean_relative_when_slow.toFixed(3)}x the median on average then`);
+  }
+  if (s.slowest) {
+    facts.push(`the slowest rank in ${s.slowest} record(s), ${
+      s.mean_relative_when_slowest.toFixed(3)}x the median then`);
+  }
+  if (s.slow_node) {
+    facts.push(`on slow node ${s.node_name ?? s.node} (all its ranks slow in ${s.slow_node.records} record(s), `
+      + `its median ${s.slow_node.mean_relative.toFixed(3)}x the job median then)`);
+  }
+  return facts;
+}
+
 async function refresh(ui) {
   const runs = await getJson('runs', {});
   if (!runs.length) {
@@ -180,11 +198,8 @@ async function refresh(ui) {
   ui.legend.textContent = `colour: ${lo.toFixed(3)} (white) .. ${hi.toFixed(3)} (dark red); blocks of ${
     m.rank_block} rank(s) x ${m.step_block} record(s), each showing its maximum`;
   ui.stragglers.replaceChildren(...slow.ranks.map((s) => {
-    const since = s.since_step === null ? '' : `, above ${slow.slow_factor}x the median since step ${s.since_step}`;
-    const item = el('li', {
-      textContent: `rank ${s.rank} (${s.node_name ?? `node ${s.node}`}): slowest in ${s.slowest} record(s), ${
-        s.mean_relative_when_slowest.toFixed(3)}x the median then; slow in ${s.slow}${since}`,
-    });
+    const item = el('li', { textContent: `rank ${s.rank} (${s.node_name ?? `node ${s.node}`}): ${
+      stragglerFacts(s, slow.slow_factor).join('; ')}` });
     item.dataset.rank = s.rank;
     item.style.cursor = 'pointer';
     item.addEventListener('click', () => showRank(ui, s.rank));
@@ -194,7 +209,8 @@ async function refresh(ui) {
   // A host, not a rank: every rank of the node slow in the same records.
   ui.slowNodes.replaceChildren(...slow.nodes.map((n) => el('li', {
     textContent: `node ${n.node_name ?? n.node}: ${n.ranks} of ${n.ranks} ranks slow in ${n.records} record(s)${
-      n.since_step === null ? '' : `, since step ${n.since_step}`}`,
+      n.since_step === null ? '' : `, since step ${n.since_step}`}, its median ${
+      n.mean_relative.toFixed(3)}x the job median then`,
   })));
   if (state.rank !== null) await showRank(ui, state.rank);
 }
