@@ -1,0 +1,93 @@
+"""A training compared with its baseline while it runs: at each logged step the baseline has, the
+step's errors and their running means (the ``compare/*`` tags).
+
+Fed the values the main run writes (``train/loss`` as the writing rank writes it: the data-parallel
+mean after the cross-rank aggregation; ``train/grad_norm``), in step order, on whichever thread routes
+them. A baseline value that is a mean over several steps (Megatron-LM prints means over
+``--log-interval`` steps: ``ImportedRun.averaged_over``) is compared with the mean of the run's
+values logged in the same steps (``s - n + 1 .. s``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from mindformers_tbplugin.imports.imported_run import ImportedRun, Series
+from mindformers_tbplugin.pipeline import metrics
+
+
+def abs_err(run: float, base: float) -> float:
+    return abs(run - base)
+
+
+def rel_err(run: float, base: float) -> float:
+    return abs(run - base) / abs(base) if base else (0.0 if run == base else math.inf)
+
+
+class _Quantity:
+    """One compared quantity: its baseline series, the run's recent values (a baseline of means) and
+    the sums behind the running means."""
+
+    __slots__ = ("abs_tag", "base", "mean_abs_tag", "mean_rel_tag", "rel_tag", "recent", "span", "sums", "tag")
+
+    def __init__(self, quantity: str, base: Series, span: int) -> None:
+        self.tag, self.abs_tag, self.rel_tag, self.mean_abs_tag, self.mean_rel_tag = metrics.COMPARED[quantity]
+        self.base, self.span = base, span
+        self.recent: deque[tuple[int, float]] = deque()
+        self.sums = [0.0, 0.0, 0]  # abs errors, relative errors, steps
+
+    def observe(self, step: int, value: float) -> dict[str, float] | None:
+        if self.span > 1:
+            recent = self.recent
+            recent.append((step, value))
+            while recent[0][0] <= step - self.span:
+                recent.popleft()
+        base = self.base.get(step)
+        if base is None:
+            return None
+        if self.span > 1:
+            value = math.fsum(v for _, v in self.recent) / len(self.recent)
+        step_abs, step_rel = abs_err(value, base), rel_err(value, base)
+        sums = self.sums
+        sums[0] += step_abs
+        sums[1] += step_rel
+        sums[2] += 1
+        return {
+            self.abs_tag: step_abs,
+            self.rel_tag: step_rel,
+            self.mean_abs_tag: sums[0] / sums[2],
+            self.mean_rel_tag: sums[1] / sums[2],
+        }
+
+
+class LiveComparison:
+    """The ``compare/*`` values of a run against ``baseline``, one logged step at a time."""
+
+    def __init__(self, baseline: ImportedRun) -> None:
+        self.quantities = [
+            _Quantity(quantity, baseline.scalars[tags[0]], max(int(baseline.averaged_over.get(tags[0], 1)), 1))
+            for quantity, tags in metrics.COMPARED.items()
+            if baseline.scalars.get(tags[0])
+        ]
+        self.tags = frozenset(quantity.tag for quantity in self.quantities)
+
+    def observe(self, step: int, values: dict[str, float]) -> dict[str, float]:
+        """The errors at ``step`` of the compared tags ``values`` holds (empty: none compared there)."""
+        found: dict[str, float] = {}
+        for quantity in self.quantities:
+            value = values.get(quantity.tag)
+            if value is not None:
+                errors = quantity.observe(step, value)
+                if errors is not None:
+                    found.update(errors)
+        return found
+
+    def summary(self) -> dict[str, float]:
+        """The running means so far (the last values of the ``compare/*_mean_*`` tags)."""
+        return {
+            tag: total / quantity.sums[2]
+            for quantity in self.quantities
+            if quantity.sums[2]
+            for tag, total in ((quantity.mean_abs_tag, quantity.sums[0]), (quantity.mean_rel_tag, quantity.sums[1]))
+        }

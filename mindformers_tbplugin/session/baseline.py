@@ -1,0 +1,155 @@
+"""TensorBoardMonitor's ``baseline``: a run the training is compared with while it runs.
+
+On the writing rank, at train begin, a thread of its own reads the baseline once (a run folder or any
+source ``mftb import`` reads), writes its points as the sub-run ``<run>/baseline`` (TensorBoard draws
+both curves in the same charts) and builds the comparison (alignment/live.py). The comparison itself
+runs where the main run's values are routed (the run's writer thread, or the training thread at a
+step that needs its values at once), from the values the main run gets: no collective, nothing new
+on the training thread. Steps routed while the baseline is still being read wait for it, and are
+compared once it is.
+
+A baseline missing at start is a configuration error (``mftb validate``, the options' check); one
+that cannot be read is said once, and the training runs without a comparison.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from mindformers_tbplugin.alignment.live import LiveComparison
+from mindformers_tbplugin.imports.detect import read_source
+from mindformers_tbplugin.imports.imported_run import ImportedRun
+from mindformers_tbplugin.log import logger
+from mindformers_tbplugin.pipeline import metrics
+from mindformers_tbplugin.tfevents import run_folders
+from mindformers_tbplugin.tfevents.event_file import EventFile
+from mindformers_tbplugin.tfevents.events import encode_scalars_event, text_event
+
+NAME = "TensorBoardMonitor"
+MAX_WAITING = 100_000  # logged steps held while the baseline is read; later ones are not compared
+Derived = list[tuple[int, dict[str, float]]]
+_COMPARED_TAGS = tuple(tags[0] for tags in metrics.COMPARED.values())
+
+
+class Baseline:
+    """The baseline of one training: read on a thread of its own, compared on the routing thread."""
+
+    def __init__(self, source: Path, run_dir: Path) -> None:
+        self.source, self.run_dir = source, run_dir
+        self.comparison: LiveComparison | None = None
+        self._done = threading.Event()
+        self._waiting: Derived = []  # (step, compared values) routed before the baseline was read
+        self._said_full = False
+        self._thread = threading.Thread(target=self._load, name="mftb-baseline", daemon=True)
+        self._thread.start()
+
+    # -- the reading thread ------------------------------------------------------------------------
+    def _load(self) -> None:
+        started = time.perf_counter()
+        try:
+            imported = main_series(read_source([self.source]))
+            comparison = LiveComparison(imported)
+            written = write_sub_run(imported, self.run_dir / run_folders.BASELINE_RUN)
+        except Exception as exc:  # monitoring never stops training: no comparison
+            logger.warning("%s: baseline %s could not be read (%s); training continues without it", NAME, self.source, exc)
+        else:
+            compared = ", ".join(sorted(comparison.tags)) or "nothing (it holds neither train/loss nor train/grad_norm)"
+            logger.info(
+                "%s: baseline %s (%s) read in %.1f s: %s; comparing %s",
+                NAME,
+                self.source,
+                imported.format,
+                time.perf_counter() - started,
+                written,
+                compared,
+            )
+            self.comparison = comparison
+        finally:
+            self._done.set()
+
+    # -- the routing thread ------------------------------------------------------------------------
+    def derive(self, step: int, values: Mapping[str, float]) -> Derived:
+        """The ``compare/*`` values of ``step`` (and of the steps that waited for the baseline)."""
+        done = self._done.is_set()  # before the comparison: the reading thread sets it first
+        comparison = self.comparison
+        if not done:
+            self._wait_with(step, values)
+            return []
+        if comparison is None:  # the baseline could not be read
+            return []
+        derived = self._replay(comparison) if self._waiting else []
+        found = comparison.observe(step, values)
+        if found:
+            derived.append((step, found))
+        return derived
+
+    def _wait_with(self, step: int, values: Mapping[str, float]) -> None:
+        compared = {tag: values[tag] for tag in _COMPARED_TAGS if tag in values}
+        if not compared:
+            return
+        if len(self._waiting) < MAX_WAITING:
+            self._waiting.append((step, compared))
+        elif not self._said_full:
+            self._said_full = True
+            logger.warning("%s: the baseline is still being read; steps after %d are not compared", NAME, step)
+
+    def _replay(self, comparison: LiveComparison) -> Derived:
+        waiting, self._waiting = self._waiting, []
+        return [(step, found) for step, values in waiting if (found := comparison.observe(step, values))]
+
+    def drain(self, timeout: float) -> Derived:
+        """At the end: wait up to ``timeout`` seconds for the baseline, then the steps that waited for it."""
+        if not self._done.wait(timeout):
+            logger.warning("%s: the baseline %s was still being read at the end: not compared", NAME, self.source)
+            return []
+        comparison = self.comparison
+        return self._replay(comparison) if comparison is not None else []
+
+
+def main_series(imported: ImportedRun) -> ImportedRun:
+    """The run a source's comparison uses: its own scalars; a source of several ranks without them
+    (each rank's printed log), the last rank's, where the loss of the last pipeline stage is printed."""
+    if imported.scalars or not imported.sub_runs:
+        return imported
+    return imported.sub_runs[max(imported.sub_runs, key=_rank_order)]
+
+
+def _rank_order(name: str) -> tuple[int, str]:
+    digits = name.rpartition("_")[2]
+    return (int(digits), name) if digits.isdigit() else (-1, name)
+
+
+def write_sub_run(imported: ImportedRun, folder: Path) -> str:
+    """The baseline's scalars as a run of their own (step by step, at their wall times where known),
+    and a text saying where they come from; a folder that holds event files already (a resumed run)
+    is left as it is. Returns what was done, in words."""
+    if folder.is_dir() and run_folders.event_files(folder):
+        return f"{folder} already written"
+    by_step: dict[int, dict[str, float]] = {}
+    for tag, series in imported.scalars.items():
+        for step, value in series.items():
+            by_step.setdefault(step, {})[tag] = value
+    now = time.time()
+    wall_times = imported.wall_times
+    events = EventFile(folder)
+    try:
+        first = min(by_step, default=0)
+        events.write(text_event(first, wall_times.get(first, now), metrics.RUN_BASELINE, describe(imported)))
+        for step in sorted(by_step):
+            events.write(encode_scalars_event(step, wall_times.get(step, now), by_step[step]))
+    finally:
+        events.close()
+    return f"{sum(map(len, by_step.values()))} points of {len(imported.scalars)} tags written to {folder}"
+
+
+def describe(imported: ImportedRun) -> str:
+    """The baseline sub-run's ``run/baseline`` text: its source, format, means and what was skipped."""
+    lines = [f"source: {', '.join(map(str, imported.source))}", f"format: {imported.format}"]
+    lines += [f"{tag}: each value a mean over {n} steps" for tag, n in sorted(imported.averaged_over.items()) if n > 1]
+    lines += [f"skipped: {what}" for what in imported.skipped]
+    if imported.stopped_at:
+        lines.append(f"stopped at: {imported.stopped_at}")
+    return "\n\n".join(lines)
