@@ -17,6 +17,7 @@ import mindspore  # noqa: F401  (first: tensorboard's protobufs loaded before it
 
 from benchmarks import (
     alert_engine_cost,
+    baseline_cost,
     crash_loss,
     decode_cost,
     encode_cost,
@@ -55,6 +56,7 @@ SECTIONS = [
     pynative_cost,
     ranks_dashboard,
     moe_dashboard,
+    baseline_cost,
 ]
 
 TARGET_US = 20.0

@@ -127,9 +127,7 @@ class BaselineDivergenceRule(Rule):
         first = window.first_divergent_in_window()
         run_tag = metrics.COMPARED[name][0]
         where = "no single step over the step tolerance" if first is None else f"first divergent step {first}"
-        message = (
-            f"{run_tag} leaves its baseline at step {step}: over the last {count} compared steps, {over}; {where}"
-        )
+        message = f"{run_tag} leaves its baseline at step {step}: over the last {count} compared steps, {over}; {where}"
         alert = self._fire(tag, step, mean_rel, mean_rel_tol, message)
         if alert is None:
             return None

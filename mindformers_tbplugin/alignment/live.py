@@ -29,7 +29,7 @@ class _Quantity:
     """One compared quantity: its baseline series, the run's recent values (a baseline of means) and
     the sums behind the running means."""
 
-    __slots__ = ("abs_tag", "base", "mean_abs_tag", "mean_rel_tag", "rel_tag", "recent", "span", "sums", "tag")
+    __slots__ = ("abs_tag", "base", "mean_abs_tag", "mean_rel_tag", "recent", "rel_tag", "span", "sums", "tag")
 
     def __init__(self, quantity: str, base: Series, span: int) -> None:
         self.tag, self.abs_tag, self.rel_tag, self.mean_abs_tag, self.mean_rel_tag = metrics.COMPARED[quantity]

@@ -54,7 +54,9 @@ class Baseline:
             comparison = LiveComparison(imported)
             written = write_sub_run(imported, self.run_dir / run_folders.BASELINE_RUN)
         except Exception as exc:  # monitoring never stops training: no comparison
-            logger.warning("%s: baseline %s could not be read (%s); training continues without it", NAME, self.source, exc)
+            logger.warning(
+                "%s: baseline %s could not be read (%s); training continues without it", NAME, self.source, exc
+            )
         else:
             compared = ", ".join(sorted(comparison.tags)) or "nothing (it holds neither train/loss nor train/grad_norm)"
             logger.info(

@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from pathlib import Path
 
 import pytest
+from conftest import TrainingRun, plugin_log, read_scalars, train, write_tiny_config
 
-from conftest import TrainingRun, read_scalars, train, write_tiny_config
+from mindformers_tbplugin.config.checker import check_file
 from mindformers_tbplugin.pipeline import metrics
+from mindformers_tbplugin.registration.catalog import our_callbacks
+from mindformers_tbplugin.schema import ConfigError
+from mindformers_tbplugin.session import baseline as baseline_module
+from mindformers_tbplugin.session.baseline import Baseline
+from mindformers_tbplugin.session.tensorboard_options import TensorBoardOptions
 from mindformers_tbplugin.tfevents.event_file import EventFile
 from mindformers_tbplugin.tfevents.events import encode_scalars_event
 
@@ -136,3 +143,83 @@ def test_hparams_carry_the_baseline_and_the_comparison_summary(compared: tuple) 
     content = accumulator.SummaryMetadata(metadata.SESSION_START_INFO_TAG).plugin_data.content
     hparams = metadata.parse_session_start_info_plugin_data(content).hparams
     assert hparams["baseline"].string_value == str(folder / "shifted_baseline")
+
+
+# -- without a training ---------------------------------------------------------------------------------
+def _run_folder(folder: Path, losses: dict[int, float]) -> Path:
+    events = EventFile(folder)
+    for step, loss in losses.items():
+        events.write(encode_scalars_event(step, 1.0 + step, {metrics.TRAIN_LOSS: loss}))
+    events.close()
+    return folder
+
+
+def test_steps_routed_while_the_baseline_is_read_are_compared_once_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real reader, held back until the first steps were routed (the only stand-in: the hold)."""
+    source = _run_folder(tmp_path / "base", {1: 4.0, 2: 3.0, 3: 2.0})
+    release = threading.Event()
+    real = baseline_module.read_source
+
+    def held(paths: list[Path]):
+        release.wait(60)
+        return real(paths)
+
+    monkeypatch.setattr(baseline_module, "read_source", held)
+    baseline = Baseline(source, tmp_path / "run")
+    assert baseline.derive(1, {metrics.TRAIN_LOSS: 4.5, metrics.TRAIN_LR: 1.0}) == []
+    assert baseline.derive(2, {metrics.TRAIN_LR: 1.0}) == []  # nothing compared: not kept
+    release.set()
+    assert baseline.drain(60) == [(1, pytest.approx(_errors(0.5, 0.125, 0.5, 0.125)))]
+    derived = baseline.derive(3, {metrics.TRAIN_LOSS: 2.0})
+    assert derived == [(3, pytest.approx(_errors(0.0, 0.0, 0.25, 0.0625)))]
+    assert {tag: dict(points) for tag, points in read_scalars(tmp_path / "run" / "baseline").items()} == {
+        metrics.TRAIN_LOSS: {1: 4.0, 2: 3.0, 3: 2.0}
+    }
+
+
+def _errors(abs_err: float, rel_err: float, mean_abs: float, mean_rel: float) -> dict[str, float]:
+    return {
+        metrics.COMPARE_LOSS_ABS_ERR: abs_err,
+        metrics.COMPARE_LOSS_REL_ERR: rel_err,
+        metrics.COMPARE_LOSS_MEAN_ABS_ERR: mean_abs,
+        metrics.COMPARE_LOSS_MEAN_REL_ERR: mean_rel,
+    }
+
+
+def test_a_baseline_that_cannot_be_read_is_said_once_and_nothing_is_compared(tmp_path: Path) -> None:
+    source = tmp_path / "notes.txt"
+    source.write_text("not a run\n")
+    with plugin_log() as messages:
+        baseline = Baseline(source, tmp_path / "run")
+        assert baseline.drain(60) == []
+        assert baseline.derive(1, {metrics.TRAIN_LOSS: 1.0}) == []
+    said = [message for message in messages if "could not be read" in message]
+    assert len(said) == 1 and str(source) in said[0] and "training continues without it" in said[0]
+    assert not (tmp_path / "run" / "baseline").exists()
+
+
+def test_a_resumed_runs_baseline_sub_run_is_kept(tmp_path: Path) -> None:
+    source = _run_folder(tmp_path / "base", {1: 4.0})
+    kept = _run_folder(tmp_path / "run" / "baseline", {1: 9.0})
+    Baseline(source, tmp_path / "run").drain(60)
+    assert read_scalars(kept) == {metrics.TRAIN_LOSS: [(1, 9.0)]}
+
+
+def test_a_missing_baseline_is_a_configuration_error_naming_its_yaml_path(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        TensorBoardOptions.of(
+            {"log_dir": str(tmp_path / "tb"), "baseline": str(tmp_path / "gone")}, "TensorBoardMonitor"
+        )
+    assert f"baseline: {tmp_path / 'gone'} does not exist" in str(caught.value)
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"callbacks:\n  - type: MFLossMonitor\n  - type: TensorBoardMonitor\n    log_dir: {tmp_path}/tb\n"
+        "    baseline: runs/gpu_baseline\n"
+    )
+    report = check_file(config, our_callbacks())
+    assert report.exit_code == 1
+    (error,) = [finding.render() for finding in report.errors]
+    assert error.startswith("callbacks[1].baseline (line 5): ")
+    assert "runs/gpu_baseline (from the working directory" in error and "does not exist" in error
