@@ -282,9 +282,9 @@ class MetricRouter:
                 self.run.publish(derived_step, derived)
         return values if own is None else {**values, **own}
 
-    def _settle_derived(self) -> None:
+    def _settle_derived(self, wait: float = DERIVED_WAIT_SECS) -> None:
         """The derived values still held back, written and published (the end of training)."""
-        for step, derived in self._derived.drain(DERIVED_WAIT_SECS):
+        for step, derived in self._derived.drain(wait):
             self.main.add_scalars(step, derived)
             self.run.publish(step, derived)
 
@@ -387,7 +387,8 @@ class MetricRouter:
         """End of training. After a clean end every rank aggregates what is left; after a failure
         no collective is attempted (other ranks may be gone) and this rank's values are written."""
         if self._derived is not None:
-            self._settle_derived()  # the baseline waited for: the last aggregation's steps compared at once
+            # the baseline waited for (not after a failure or SIGTERM): the last aggregation's steps compared at once
+            self._settle_derived(DERIVED_WAIT_SECS if clean else 0.0)
         if self._data is None:
             self._finish_expert_records()
             return
