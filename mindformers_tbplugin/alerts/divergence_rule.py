@@ -1,8 +1,8 @@
 """The rule on a run leaving its baseline (TensorBoardMonitor's ``baseline``), over the ``compare/*``
 errors it writes. Same contract as :mod:`mindformers_tbplugin.alerts.rules`.
 
-Its defaults are MindFormers' acceptance standard for a migrated model (the precision tuning guide,
-docs/alerts.md): the loss's mean absolute error under 0.01 or its mean relative error under 1%, the
+Its defaults are MindFormers' acceptance standard for a migrated model (alignment/criteria.py's
+``mindformers``, with its source): the loss's mean absolute error under 0.01 or its mean relative error under 1%, the
 grad norm's mean relative error at most 10%; a step whose loss is off by more than the first step's
 tolerance (0.005 absolute and 0.5% relative) counts as divergent. The means are taken over the last
 ``window`` compared steps, so an alert comes while the run trains, not after 5,000 steps.
@@ -17,11 +17,12 @@ from typing import Annotated, Any, Literal
 
 from mindformers_tbplugin.alerts.record import Alert
 from mindformers_tbplugin.alerts.rules import Rule, number_text
-from mindformers_tbplugin.alignment import criteria
+from mindformers_tbplugin.alignment.criteria import MINDFORMERS, Bounds
 from mindformers_tbplugin.pipeline import metrics
 from mindformers_tbplugin.schema import Range
 
 QUANTITIES = {"loss": ("loss",), "grad_norm": ("grad_norm",), "both": ("loss", "grad_norm")}
+_LOSS, _GRAD_NORM = MINDFORMERS.tags[metrics.TRAIN_LOSS], MINDFORMERS.tags[metrics.TRAIN_GRAD_NORM]
 
 
 class _Window:
@@ -77,17 +78,23 @@ class BaselineDivergenceRule(Rule):
         quantity: Literal["loss", "grad_norm", "both"] = "both",
         window: Annotated[int, Range(min=1)] = 100,
         min_points: Annotated[int, Range(min=1)] = 20,
-        loss_mean_abs_tol: Annotated[float, Range(min=0)] = criteria.MIGRATION.loss_mean_abs,
-        loss_mean_rel_tol: Annotated[float, Range(min=0)] = criteria.MIGRATION.loss_mean_rel,
-        loss_step_abs_tol: Annotated[float, Range(min=0)] = criteria.MIGRATION.loss_first_abs,
-        loss_step_rel_tol: Annotated[float, Range(min=0)] = criteria.MIGRATION.loss_first_rel,
-        grad_norm_mean_rel_tol: Annotated[float, Range(min=0)] = criteria.MIGRATION.grad_norm_mean_rel,
+        loss_mean_abs_tol: Annotated[float, Range(min=0)] = _LOSS.mean.abs_lt,
+        loss_mean_rel_tol: Annotated[float, Range(min=0)] = _LOSS.mean.rel_lt,
+        loss_step_abs_tol: Annotated[float, Range(min=0)] = _LOSS.first_step.abs_lt,
+        loss_step_rel_tol: Annotated[float, Range(min=0)] = _LOSS.first_step.rel_lt,
+        grad_norm_mean_rel_tol: Annotated[float, Range(min=0)] = _GRAD_NORM.mean.rel_le,
         **common: Any,
     ) -> None:
         super().__init__(**common)
         self.min_points = min_points
-        self.loss_tols = (loss_mean_abs_tol, loss_mean_rel_tol, loss_step_abs_tol, loss_step_rel_tol)
-        self.grad_norm_tol = grad_norm_mean_rel_tol
+        # name -> (the window's mean errors within, a step within): the standard's "abs < a or rel < r"
+        self._bounds = {
+            "loss": (
+                Bounds(abs_lt=loss_mean_abs_tol, rel_lt=loss_mean_rel_tol),
+                Bounds(abs_lt=loss_step_abs_tol, rel_lt=loss_step_rel_tol),
+            ),
+            "grad_norm": (Bounds(rel_le=grad_norm_mean_rel_tol), Bounds(rel_le=grad_norm_mean_rel_tol)),
+        }
         # error tag -> (quantity, "abs" | "rel")
         self._of: dict[str, tuple[str, str]] = {}
         for name in QUANTITIES[quantity]:
@@ -106,24 +113,19 @@ class BaselineDivergenceRule(Rule):
         abs_err, rel_err = (value, other[1]) if kind == "abs" else (other[1], value)
         if not (math.isfinite(abs_err) and math.isfinite(rel_err)):
             return None  # a non-finite loss is the nonfinite rule's; a zero baseline has no relative error
-        window.add(step, abs_err, rel_err, self._divergent(name, abs_err, rel_err))
+        mean_bounds, step_bounds = self._bounds[name]
+        window.add(step, abs_err, rel_err, not step_bounds.holds(abs_err, rel_err))
         if len(window.points) < self.min_points:
             return None
         count = len(window.points)
         mean_abs, mean_rel = window.sums[0] / count, window.sums[1] / count
-        if name == "loss":
-            mean_abs_tol, mean_rel_tol = self.loss_tols[:2]
-            if mean_abs <= mean_abs_tol or mean_rel <= mean_rel_tol:
-                return None
-            over = (
-                f"mean absolute error {number_text(mean_abs)} (> {number_text(mean_abs_tol)}) and mean "
-                f"relative error {mean_rel:.3%} (> {mean_rel_tol:.3%})"
-            )
-        elif mean_rel > self.grad_norm_tol:
-            mean_rel_tol = self.grad_norm_tol
-            over = f"mean relative error {mean_rel:.3%} (> {mean_rel_tol:.3%})"
-        else:
+        if mean_bounds.holds(mean_abs, mean_rel):
             return None
+        over = (
+            f"mean absolute error {number_text(mean_abs)}, mean relative error {mean_rel:.3%} "
+            f"(the criteria: {mean_bounds.describe()})"
+        )
+        mean_rel_tol = mean_bounds.rel_lt if mean_bounds.rel_lt is not None else mean_bounds.rel_le
         first = window.first_divergent_in_window()
         run_tag = metrics.COMPARED[name][0]
         where = "no single step over the step tolerance" if first is None else f"first divergent step {first}"
@@ -139,8 +141,3 @@ class BaselineDivergenceRule(Rule):
             "window_mean_rel_err": mean_rel,
         }
         return replace(alert, incident=facts)  # the incident's own facts (alerts/incident.py adds the rest)
-
-    def _divergent(self, name: str, abs_err: float, rel_err: float) -> bool:
-        if name == "loss":
-            return abs_err > self.loss_tols[2] and rel_err > self.loss_tols[3]
-        return rel_err > self.grad_norm_tol

@@ -96,3 +96,28 @@ def test_the_incident_carries_the_rules_facts() -> None:
     assert attached.incident["first_divergent_step"] == 3
     assert attached.incident["lr"] == 1e-4 and attached.incident["step"] == alert.step
     assert "- first divergent step: 3 (train/loss)" in markdown(attached)
+
+
+def test_its_defaults_are_the_migration_standard_of_the_criteria() -> None:
+    from mindformers_tbplugin.alignment.criteria import MINDFORMERS
+    from mindformers_tbplugin.schema import params_of
+
+    defaults = {param.name: param.default for param in params_of(parse_rules([RULE])[0].__class__)}
+    loss, grad_norm = MINDFORMERS.tags[metrics.TRAIN_LOSS], MINDFORMERS.tags[metrics.TRAIN_GRAD_NORM]
+    assert (
+        (defaults["loss_mean_abs_tol"], defaults["loss_mean_rel_tol"])
+        == (0.01, 0.01)
+        == (
+            loss.mean.abs_lt,
+            loss.mean.rel_lt,
+        )
+    )
+    assert (
+        (defaults["loss_step_abs_tol"], defaults["loss_step_rel_tol"])
+        == (0.005, 0.005)
+        == (
+            loss.first_step.abs_lt,
+            loss.first_step.rel_lt,
+        )
+    )
+    assert defaults["grad_norm_mean_rel_tol"] == 0.1 == grad_norm.mean.rel_le

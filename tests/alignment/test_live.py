@@ -78,3 +78,17 @@ def test_a_baseline_of_means_is_compared_with_the_runs_mean_over_the_same_steps(
         mean = math.fsum(window) / len(window)
         assert found[step][metrics.COMPARE_LOSS_ABS_ERR] == pytest.approx(abs(mean - base[step]))
         assert found[step][metrics.COMPARE_LOSS_REL_ERR] == pytest.approx(abs(mean - base[step]) / base[step])
+
+
+def test_a_printed_baselines_rounding_is_no_difference_and_a_zero_baseline_has_no_relative_error() -> None:
+    imported = _baseline(**{metrics.TRAIN_GRAD_NORM: {1: 1.234, 2: 1.234, 3: 0.0}})
+    imported.resolution[metrics.TRAIN_GRAD_NORM] = 0.001  # printed with 3 decimals: known to +-0.0005
+    comparison = LiveComparison(imported)
+    within = comparison.observe(1, {metrics.TRAIN_GRAD_NORM: 1.2344})
+    assert within[metrics.COMPARE_GRAD_NORM_ABS_ERR] == 0.0 and within[metrics.COMPARE_GRAD_NORM_REL_ERR] == 0.0
+    beyond = comparison.observe(2, {metrics.TRAIN_GRAD_NORM: 1.2356})
+    assert beyond[metrics.COMPARE_GRAD_NORM_ABS_ERR] == pytest.approx(0.0016)
+    zero = comparison.observe(3, {metrics.TRAIN_GRAD_NORM: 0.1})
+    assert math.isnan(zero[metrics.COMPARE_GRAD_NORM_REL_ERR])
+    assert zero[metrics.COMPARE_GRAD_NORM_MEAN_REL_ERR] == pytest.approx(0.0016 / 1.234 / 2)  # steps 1 and 2 only
+    assert zero[metrics.COMPARE_GRAD_NORM_MEAN_ABS_ERR] == pytest.approx((0.0016 + 0.1) / 3)
