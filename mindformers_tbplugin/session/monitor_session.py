@@ -48,14 +48,14 @@ class MonitorSession:
     def __init__(
         self,
         options: TensorBoardOptions,
-        folders: tuple[Path, Path | None],
+        folders: tuple[Path, Path | None, Path | None],
         start: TrainStart,
         step_of: Callable[[Any], int],
     ) -> None:
-        """Opens the run of the training ``start`` describes. ``folders``: the log root and the archive
-        folder as the callback resolved them when it was built; ``step_of``: a hook's run context to its
-        step counted from the training's first."""
-        log_root, archive = folders
+        """Opens the run of the training ``start`` describes. ``folders``: the log root, the archive
+        folder and the baseline as the callback resolved them when it was built; ``step_of``: a hook's
+        run context to its step counted from the training's first."""
+        log_root, archive, self._baseline_path = folders
         self.options, self.log_root, self.archive = options, log_root, archive
         self.run: Run = training_run(start.training)
         self.extra = options.extra()
@@ -135,8 +135,8 @@ class MonitorSession:
         self.baseline: Baseline | None = None
         if topology.is_writer:
             self.writer = self._open_writer(self.run_dir)
-            if options.baseline_path is not None:  # read on a thread of its own
-                self.baseline = Baseline(options.baseline_path, self.run_dir)
+            if self._baseline_path is not None:  # read on a thread of its own
+                self.baseline = Baseline(self._baseline_path, self.run_dir)
             run.name = self.run_dir.relative_to(self.log_root).as_posix()  # AlertMonitor's `run`
             retention = (self.run_dir, options.keep_last_runs, self.archive, options.min_free_gb)
             self.guard("housekeeping", run_folder.housekeeping, self.log_root, pattern, experiment, *retention)
