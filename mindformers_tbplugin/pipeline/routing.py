@@ -275,8 +275,8 @@ class MetricRouter:
         """``values`` with what is derived from them at ``step``; held-back steps' written first."""
         own = None
         for derived_step, derived in self._derived.derive(step, values):
-            if derived_step == step:
-                own = derived
+            if derived_step == step:  # a held-back step may be this one too
+                own = derived if own is None else {**own, **derived}
             else:
                 self.main.add_scalars(derived_step, derived)
                 self.run.publish(derived_step, derived)

@@ -223,3 +223,80 @@ def test_a_missing_baseline_is_a_configuration_error_naming_its_yaml_path(tmp_pa
     (error,) = [finding.render() for finding in report.errors]
     assert error.startswith("callbacks[1].baseline (line 5): ")
     assert "runs/gpu_baseline (from the working directory" in error and "does not exist" in error
+
+
+def test_a_multi_rank_job_compares_the_data_parallel_mean_loss(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two simulated ranks (threads, a summing collective: tests/fakes.py), aggregate_every 4: the loss
+    compared is the mean the main run gets after the all-reduce (rank 0's own is 1 lower), and the grad
+    norm the writing rank writes at once."""
+    from fakes import FakeCollectives, Group, run_ranks
+
+    from mindformers_tbplugin.callbacks.tensorboard_monitor import TensorBoardMonitor
+    from mindformers_tbplugin.framework.model_facts import ModelFacts
+    from mindformers_tbplugin.framework.trainers import StepEnd, TrainStart
+    from mindformers_tbplugin.pipeline.topology import Topology
+    from mindformers_tbplugin.session import monitor_session
+
+    events = EventFile(tmp_path / "base")
+    for step in range(1, 9):  # the job's mean loss is step + 1.5; its grad norm 0.1 x step
+        events.write(encode_scalars_event(step, 1.0, {metrics.TRAIN_LOSS: step + 1.75, metrics.TRAIN_GRAD_NORM: 0.1}))
+    events.close()
+    group, ranks = Group(2), {}
+    monkeypatch.setattr(monitor_session, "Collectives", lambda: FakeCollectives(group, ranks[threading.get_ident()]))
+    off = {"log_hparams": False, "log_config": False, "log_graph": False, "log_eval": False, "log_memory": False}
+    monitors = [
+        TensorBoardMonitor(log_dir=str(tmp_path / "tb"), aggregate_every=4, baseline=str(tmp_path / "base"), **off)
+        for _ in range(2)
+    ]
+
+    def script(rank: int):
+        def run() -> None:
+            ranks[threading.get_ident()] = rank
+            topology = Topology(rank, 2, 1, "data_parallel", False, communicating=True)
+            start = TrainStart(
+                "classic", ModelFacts(), topology, None, None, 1, None, None, None, None, {}, lambda: None
+            )
+            monitors[rank].train_started(start)
+            for step in range(1, 9):
+                outputs = (step + 0.5 + 2.0 * rank, False, 1.0, 0.001, 0.1 * step)
+                monitors[rank].step_ended(StepEnd(step, None, lambda _args, _step, outputs=outputs: outputs))
+            monitors[rank].train_ended(None)
+
+        return run
+
+    run_ranks(group, [script(0), script(1)])
+    (run_dir,) = (tmp_path / "tb").iterdir()
+    main = {tag: dict(points) for tag, points in read_scalars(run_dir).items()}
+    assert main[metrics.COMPARE_LOSS_ABS_ERR] == {step: 0.25 for step in range(1, 9)}
+    assert main[metrics.COMPARE_GRAD_NORM_ABS_ERR] == pytest.approx(
+        {s: abs(0.1 * s - 0.1) for s in range(1, 9)}, abs=1e-6
+    )
+    assert sorted(p.name for p in run_dir.iterdir() if p.is_dir()) == ["baseline", "rank_0", "rank_1"]
+    assert not (run_dir / "rank_1" / "baseline").exists()  # the writing rank's only
+
+
+def test_a_held_back_step_routed_again_keeps_both_comparisons(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A multi-rank job writes step 1's grad norm at once and its loss at the aggregation: when the
+    baseline is read in between, both of step 1's comparisons reach the main run."""
+    from mindformers_tbplugin.pipeline.routing import MetricRouter, RouterOptions
+    from mindformers_tbplugin.pipeline.topology import Topology
+    from mindformers_tbplugin.tfevents.writer import RunWriter
+
+    events = EventFile(tmp_path / "base")
+    events.write(encode_scalars_event(1, 1.0, {metrics.TRAIN_LOSS: 2.0, metrics.TRAIN_GRAD_NORM: 0.5}))
+    events.close()
+    release, real = threading.Event(), baseline_module.read_source
+    monkeypatch.setattr(baseline_module, "read_source", lambda paths: release.wait(60) and real(paths))
+    baseline = Baseline(tmp_path / "base", tmp_path / "run")
+    writer = RunWriter(tmp_path / "run")
+    options = RouterOptions(0, "writer", 0, False, False, None, None)
+    router = MetricRouter(Topology(0, 1, 1, "stand_alone", False, False), options, writer, None, None, None, baseline)
+    router.log_values(1, {metrics.TRAIN_GRAD_NORM: 0.75}, metrics.MetricKind.MODEL)  # held back
+    release.set()
+    assert baseline._done.wait(60)  # read now; the held-back step still waits (drain would hand it out)
+    router.log_values(1, {metrics.TRAIN_LOSS: 2.5}, metrics.MetricKind.DATA)
+    router.finish(clean=True)
+    writer.close()
+    main = {tag: dict(points) for tag, points in read_scalars(tmp_path / "run").items()}
+    assert main[metrics.COMPARE_GRAD_NORM_ABS_ERR] == {1: 0.25}
+    assert main[metrics.COMPARE_LOSS_ABS_ERR] == {1: 0.5}
