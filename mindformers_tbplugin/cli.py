@@ -20,6 +20,7 @@ COMMANDS = (
     "mindformers_tbplugin.commands.watch",
     "mindformers_tbplugin.commands.incident",
     "mindformers_tbplugin.commands.doctor",
+    "mindformers_tbplugin.commands.import_runs",
 )
 
 

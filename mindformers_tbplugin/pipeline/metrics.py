@@ -85,7 +85,6 @@ EVAL_LOSS = "eval/loss"
 EVAL_PERPLEXITY = "eval/perplexity"
 RUN_CONFIG = "run/config"  # text: the resolved YAML, secrets masked
 RUN_PARAMETERS = "run/parameters"  # text: parameter counts per block
-RUN_BASELINE = "run/baseline"  # text in the baseline sub-run: its source, format and what was skipped
 META_RESTART = "meta/restart"  # scalar: the step resumed from; text: what was resumed
 META_STATUS = "meta/status"  # text: completed / failed / terminated at step N
 # A run against its baseline (TensorBoardMonitor's ``baseline``): at each logged step the baseline has,
@@ -116,6 +115,10 @@ COMPARED = {
         COMPARE_GRAD_NORM_MEAN_REL_ERR,
     ),
 }
+# Runs brought in by ``mftb import``: tags of no equivalent keep their name under this prefix; the text
+# says where the run came from and what was not imported.
+IMPORT_PREFIX = "import/"
+IMPORT_SOURCE = "import/source"
 VS_SAMPLES_SUFFIX = "_vs_samples"
 VS_TOKENS_SUFFIX = "_vs_tokens"
 # Tags that get "vs samples"/"vs tokens" twins when those x-axes are enabled.

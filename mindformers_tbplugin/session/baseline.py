@@ -14,6 +14,7 @@ that cannot be read is said once, and the training runs without a comparison.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Mapping
@@ -22,11 +23,10 @@ from pathlib import Path
 from mindformers_tbplugin.alignment.live import LiveComparison
 from mindformers_tbplugin.imports.detect import read_source
 from mindformers_tbplugin.imports.imported_run import ImportedRun
+from mindformers_tbplugin.imports.run_writer import write_run
 from mindformers_tbplugin.log import logger
 from mindformers_tbplugin.pipeline import metrics
 from mindformers_tbplugin.tfevents import run_folders
-from mindformers_tbplugin.tfevents.event_file import EventFile
-from mindformers_tbplugin.tfevents.events import encode_scalars_event, text_event
 
 NAME = "TensorBoardMonitor"
 MAX_WAITING = 100_000  # logged steps held while the baseline is read; later ones are not compared
@@ -50,7 +50,7 @@ class Baseline:
     def _load(self) -> None:
         started = time.perf_counter()
         try:
-            imported = main_series(read_source([self.source]))
+            imported = read_source([self.source])
             comparison = LiveComparison(imported)
             written = write_sub_run(imported, self.run_dir / run_folders.BASELINE_RUN)
         except Exception as exc:  # monitoring never stops training: no comparison
@@ -111,47 +111,12 @@ class Baseline:
         return self._replay(comparison) if comparison is not None else []
 
 
-def main_series(imported: ImportedRun) -> ImportedRun:
-    """The run a source's comparison uses: its own scalars; a source of several ranks without them
-    (each rank's printed log), the last rank's, where the loss of the last pipeline stage is printed."""
-    if imported.scalars or not imported.sub_runs:
-        return imported
-    return imported.sub_runs[max(imported.sub_runs, key=_rank_order)]
-
-
-def _rank_order(name: str) -> tuple[int, str]:
-    digits = name.rpartition("_")[2]
-    return (int(digits), name) if digits.isdigit() else (-1, name)
-
-
 def write_sub_run(imported: ImportedRun, folder: Path) -> str:
-    """The baseline's scalars as a run of their own (step by step, at their wall times where known),
-    and a text saying where they come from; a folder that holds event files already (a resumed run)
-    is left as it is. Returns what was done, in words."""
+    """The baseline's main run (as ``mftb import`` writes a run: its points at their wall times, the text
+    ``import/source``, what a later comparison must know) into ``folder``; a folder that holds event
+    files already (a resumed run) is left as it is. Returns what was done, in words."""
     if folder.is_dir() and run_folders.event_files(folder):
         return f"{folder} already written"
-    by_step: dict[int, dict[str, float]] = {}
-    for tag, series in imported.scalars.items():
-        for step, value in series.items():
-            by_step.setdefault(step, {})[tag] = value
-    now = time.time()
-    wall_times = imported.wall_times
-    events = EventFile(folder)
-    try:
-        first = min(by_step, default=0)
-        events.write(text_event(first, wall_times.get(first, now), metrics.RUN_BASELINE, describe(imported)))
-        for step in sorted(by_step):
-            events.write(encode_scalars_event(step, wall_times.get(step, now), by_step[step]))
-    finally:
-        events.close()
-    return f"{sum(map(len, by_step.values()))} points of {len(imported.scalars)} tags written to {folder}"
-
-
-def describe(imported: ImportedRun) -> str:
-    """The baseline sub-run's ``run/baseline`` text: its source, format, means and what was skipped."""
-    lines = [f"source: {', '.join(map(str, imported.source))}", f"format: {imported.format}"]
-    lines += [f"{tag}: each value a mean over {n} steps" for tag, n in sorted(imported.averaged_over.items()) if n > 1]
-    lines += [f"skipped: {what}" for what in imported.skipped]
-    if imported.stopped_at:
-        lines.append(f"stopped at: {imported.stopped_at}")
-    return "\n\n".join(lines)
+    write_run(dataclasses.replace(imported, sub_runs={}), folder)
+    points = sum(map(len, imported.scalars.values()))
+    return f"{points} points of {len(imported.scalars)} tags written to {folder}"
