@@ -300,3 +300,25 @@ def test_a_held_back_step_routed_again_keeps_both_comparisons(tmp_path: Path, mo
     main = {tag: dict(points) for tag, points in read_scalars(tmp_path / "run").items()}
     assert main[metrics.COMPARE_GRAD_NORM_ABS_ERR] == {1: 0.25}
     assert main[metrics.COMPARE_LOSS_ABS_ERR] == {1: 0.5}
+
+
+def test_a_baseline_of_means_written_by_mftb_import_is_compared_with_the_runs_means(tmp_path: Path) -> None:
+    """A Megatron-style baseline (each loss a mean over the 4 steps up to it), as ``mftb import`` writes
+    it (mftb_import.json keeps averaged_over): compared at its steps with the mean of the run's steps."""
+    from mindformers_tbplugin.imports.imported_run import ImportedRun
+    from mindformers_tbplugin.imports.run_writer import write_run
+
+    imported = ImportedRun(source=[tmp_path / "megatron.log"], format="megatron-log")
+    for step in (4, 8):
+        imported.add(metrics.TRAIN_LOSS, step, 10.0 - step)
+    imported.averaged_over[metrics.TRAIN_LOSS] = 4
+    write_run(imported, tmp_path / "imported")
+    baseline = Baseline(tmp_path / "imported", tmp_path / "run")
+    assert baseline.drain(60) == []
+    run = {step: 10.0 - step + 0.1 * step for step in range(1, 9)}
+    derived = [pair for step, loss in run.items() for pair in baseline.derive(step, {metrics.TRAIN_LOSS: loss})]
+    assert [step for step, _ in derived] == [4, 8]
+    for step, found in derived:
+        mean = sum(run[s] for s in range(step - 3, step + 1)) / 4
+        assert found[metrics.COMPARE_LOSS_ABS_ERR] == pytest.approx(abs(mean - (10.0 - step)))
+    assert read_scalars(tmp_path / "run" / "baseline") == {metrics.TRAIN_LOSS: [(4, 6.0), (8, 2.0)]}
