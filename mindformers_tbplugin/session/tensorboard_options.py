@@ -138,12 +138,11 @@ class TensorBoardOptions:
             ``/expert_max``, ``/expert_min`` and ``/expert_mean`` of its per-expert values, ``full``
             one value per expert (``/expert_<i>``), ``all`` both.
         baseline: A run to compare this training with while it runs: a run folder (ours or any
-            TensorBoard folder) or any source ``mftb import`` reads (a MindFormers or Megatron-LM log,
-            MindSpore summary files, ...), made absolute against the working directory. Read once at
-            train begin, off the training thread: its points go to the sub-run ``<run>/baseline`` and
-            every logged step it has gets ``compare/*`` (the loss's and grad norm's errors, and their
-            running means); a baseline missing at start is a configuration error, one that cannot be
-            read is said once and training runs without it. null: no baseline.
+            TensorBoard folder) or any source ``mftb import`` reads, made absolute against the working
+            directory. Read once at train begin, off the training thread: its points go to the sub-run
+            ``<run>/baseline`` and every logged step it has gets ``compare/*`` (the loss's and grad
+            norm's errors, and their running means); a baseline missing at start is a configuration
+            error, one that cannot be read is said once and training runs without it. null: none.
     """
 
     log_dir: Annotated[str | None, NON_EMPTY_TEXT] = None
