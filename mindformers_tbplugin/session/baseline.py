@@ -51,26 +51,27 @@ class Baseline:
         started = time.perf_counter()
         try:
             imported = read_source([self.source])
-            comparison = LiveComparison(imported)
-            written = write_sub_run(imported, self.run_dir / run_folders.BASELINE_RUN)
+            self.comparison = self._written(imported, LiveComparison(imported), started)
         except Exception as exc:  # monitoring never stops training: no comparison
             logger.warning(
                 "%s: baseline %s could not be read (%s); training continues without it", NAME, self.source, exc
             )
-        else:
-            compared = ", ".join(sorted(comparison.tags)) or "nothing (it holds neither train/loss nor train/grad_norm)"
-            logger.info(
-                "%s: baseline %s (%s) read in %.1f s: %s; comparing %s",
-                NAME,
-                self.source,
-                imported.format,
-                time.perf_counter() - started,
-                written,
-                compared,
-            )
-            self.comparison = comparison
         finally:
             self._done.set()
+
+    def _written(self, imported: ImportedRun, comparison: LiveComparison, started: float) -> LiveComparison:
+        """The sub-run written (a failure to write it is said, the comparison goes on), and said."""
+        try:
+            written = write_sub_run(imported, self.run_dir / run_folders.BASELINE_RUN)
+        except OSError as exc:
+            written = f"its points not written ({exc})"
+        compared = ", ".join(sorted(comparison.tags)) or "nothing (it holds neither train/loss nor train/grad_norm)"
+        elapsed = time.perf_counter() - started
+        logger.info(
+            "%s: baseline %s (%s) read in %.1f s: %s; comparing %s",
+            *(NAME, self.source, imported.format, elapsed, written, compared),
+        )
+        return comparison
 
     # -- the routing thread ------------------------------------------------------------------------
     def derive(self, step: int, values: Mapping[str, float]) -> Derived:
