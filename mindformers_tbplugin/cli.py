@@ -21,6 +21,7 @@ COMMANDS = (
     "mindformers_tbplugin.commands.incident",
     "mindformers_tbplugin.commands.doctor",
     "mindformers_tbplugin.commands.import_runs",
+    "mindformers_tbplugin.commands.compare",
 )
 
 

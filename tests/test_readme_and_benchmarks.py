@@ -64,6 +64,8 @@ def test_benchmark_harness_writes_a_table(tmp_path: Path) -> None:
     assert heading in text
     assert text.split(heading)[1].startswith("Not measured: needs `.venvs/mf2.0`") or re.search(row, text)
     assert "| tensorboardX add_scalar x10 |" in text
+    imported = r"\| Megatron-LM \(core_r0\.16 line\) \| 5,000 \| 5,000 \| [0-9.]+ \| [0-9.]+ \| [\d,]+ \| 5,000 \|"
+    assert re.search(imported, text)
     assert re.search(r"Ratio tensorboardX / mftb: \*\*[0-9.]+x\*\*", text)
     assert re.search(r"\| tiny LLaMA, sampled to 65,536 \| 21 \| 133,440 \| [0-9.]+ \| [0-9.]+ \|", text)
     assert re.search(r"\| synthetic LLaMA 4 layers \(float16\), sampled to 65,536 \| 38 \| 336,609,280 \|", text)
@@ -72,6 +74,7 @@ def test_benchmark_harness_writes_a_table(tmp_path: Path) -> None:
     assert re.search(r"\| 10 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x \|", text)  # event bytes per point
     assert re.search(r"\| hook on \(the installed `.pth` imports the package\) \| [0-9.]+ \|", text)
     assert re.search(r"\| max_queue 10,000 \| \d+ \| [0-9.]+ \| 10,000 \| [\d,]+ \| 1 \|", text)
+    assert re.search(r"\| read_source \(the run folder\) \| 20,000 \| 120,000 \| [0-9.]+ \| [0-9.]+ \| [\d,]+ \|", text)
     assert re.search(r"\| MFLossMonitor only \| [0-9.]+ \| [0-9.]+-[0-9.]+ \| baseline \|", text)
     assert re.search(r"\| \+ TensorBoardMonitor, log_every 1 \| [0-9.]+ \| [0-9.-]+ \| [+-][0-9.]+% \|", text)
     # TensorBoardMonitor switched on and off in blocks within one real training
@@ -101,6 +104,8 @@ def test_benchmark_harness_writes_a_table(tmp_path: Path) -> None:
     assert re.search(
         r"- Tiny LLaMA: the signals at their defaults cost \*\*[+-][0-9.]+ µs per ordinary logged step", text
     )
+    compared = r"\| `mftb compare RUN BASELINE --json PATH` \(a new process; both folders read\)( \| [0-9.-]+){3} \|"
+    assert "## mftb compare: two runs of 20,000 steps" in text and re.search(compared, text)
 
 
 def _block(readme: str, language: str, first_line: str) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import struct
 import time
-from collections import defaultdict
+from itertools import repeat
 from pathlib import Path
 
 from tensorboard.compat.proto import event_pb2, summary_pb2
@@ -21,7 +21,13 @@ from mindformers_tbplugin.errors import UsageError
 from mindformers_tbplugin.imports.imported_run import METADATA_FILE, ImportedRun
 from mindformers_tbplugin.pipeline.metrics import IMPORT_SOURCE
 from mindformers_tbplugin.tfevents.event_file import EventFile
-from mindformers_tbplugin.tfevents.events import encode_scalars_event, histogram_event, session_start_event, text_event
+from mindformers_tbplugin.tfevents.events import (
+    encode_scalars_event,
+    histogram_event,
+    scalar_rows_encoder,
+    session_start_event,
+    text_event,
+)
 
 _PNG = b"\x89PNG\r\n\x1a\n"
 MAX_LISTED = 20  # skipped items listed in the text; the rest counted
@@ -40,17 +46,12 @@ def write_run(run: ImportedRun, folder: Path) -> list[Path]:
 
 def _write_one(run: ImportedRun, folder: Path) -> Path:
     """One event file, written on this thread (an import has no training to keep waiting)."""
-    by_step: dict[int, dict[str, float]] = defaultdict(dict)
-    for tag, series in run.scalars.items():
-        for step, value in series.items():
-            by_step[step][tag] = value
-    steps = sorted(by_step)
     now = time.time()
     events = EventFile(folder)
     try:
+        steps = sorted(set().union(*run.scalars.values()))
         events.write(session_start_event(steps[0] if steps else 0, now))  # a later resume's START is honoured
-        for step in steps:
-            events.write(encode_scalars_event(step, run.wall_times.get(step) or now, by_step[step]))
+        _write_scalars(events, run, steps, now)
         for tag, points in run.histograms.items():
             for step, histogram in sorted(points.items()):
                 events.write(
@@ -78,6 +79,24 @@ def _write_one(run: ImportedRun, folder: Path) -> Path:
     }
     (folder / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
     return folder
+
+
+def _write_scalars(events: EventFile, run: ImportedRun, steps: list[int], now: float) -> None:
+    """One event per step. The tags present at every step (all of them, in most runs) are encoded
+    by one compiled layout, from columns read at once; the others join the steps that have them."""
+    full = [tag for tag, series in run.scalars.items() if len(series) == len(steps)]
+    partial = [(tag, series) for tag, series in run.scalars.items() if len(series) != len(steps)]
+    encode = scalar_rows_encoder(full)
+    columns = [list(map(run.scalars[tag].__getitem__, steps)) for tag in full]
+    rows = zip(*columns, strict=True) if columns else repeat((), len(steps))
+    wall_times = run.wall_times
+    for step, row in zip(steps, rows, strict=True):
+        wall_time = wall_times.get(step) or now
+        extra = {tag: series[step] for tag, series in partial if step in series}
+        if extra:
+            events.write(encode_scalars_event(step, wall_time, {**dict(zip(full, row, strict=True)), **extra}))
+        else:
+            events.write(encode(step, wall_time, row))
 
 
 def describe(run: ImportedRun) -> str:

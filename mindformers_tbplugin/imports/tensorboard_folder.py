@@ -18,13 +18,16 @@ from __future__ import annotations
 import json
 import re
 import struct
+from collections import Counter
 from pathlib import Path
 
+from mindformers_tbplugin.imports.hf_trainer_state import LOSS_DECIMALS, logging_interval
 from mindformers_tbplugin.imports.imported_run import METADATA_FILE, Histogram, ImportedRun, SourceFormat
 from mindformers_tbplugin.pipeline import metrics as m
 from mindformers_tbplugin.tfevents.decode import decode_value, tensor_array, tensor_strings
-from mindformers_tbplugin.tfevents.records import CORRUPT, HEADER_BYTES, RecordReader, split_records
-from mindformers_tbplugin.tfevents.wire import read_key, read_varint, skip_field, tensor_scalar
+from mindformers_tbplugin.tfevents.reader import EventFileReader
+from mindformers_tbplugin.tfevents.records import CORRUPT, HEADER_BYTES, split_records
+from mindformers_tbplugin.tfevents.wire import read_key, read_varint, skip_field
 
 NAME = "tensorboard"
 _FILE_VERSION = b"brain.Event:"
@@ -99,121 +102,122 @@ def sniff(path: Path, head: bytes) -> bool:
     return _FILE_VERSION in head[start:stop]
 
 
-class _Collector:
-    """One run's points as they come out of the files, in TensorBoard's terms (foreign tags as written)."""
+# What the scalar reader's stream carries besides points: (marker, step, object, wall time).
+_START, _TEXT, _HISTOGRAM, _IMAGE = (f"\x00{kind}" for kind in ("start", "text", "histogram", "image"))
 
-    def __init__(self) -> None:
-        self.run = ImportedRun(source=[], format=NAME)
-        self.scalar_tensor: dict[str, bool] = {}  # tag -> its metadata says scalar (sent with the first point)
-        self.plugins: dict[str, str] = {}
 
-    def purge(self, step: int) -> None:
-        """A ``SessionLog.START`` at ``step``: TensorBoard drops the points at or after it written before."""
-        for family in (self.run.scalars, self.run.histograms, self.run.images, self.run.texts):
-            for series in family.values():
-                for dropped in [s for s in series if s >= step]:
-                    del series[dropped]
+class _FolderReader(EventFileReader):
+    """``mftb watch``'s scalar reader (its fast path reads the layout each step repeats without
+    decoding), which also passes on, in file order, what that path skips: texts, histograms, images
+    and ``SessionLog.START``, each as a marked item of the same stream."""
 
-    def value(self, buf: bytes, i: int, end: int, step: int) -> None:
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self._plugins: dict[str, str] = {}  # tag -> plugin named by its metadata (sent with the first point)
+        self.dropped: Counter[str] = Counter()  # what is not imported, in words -> records
+
+    def _parse_event(self, buf: bytes, i: int, end: int, points: list) -> None:
+        super()._parse_event(buf, i, end, points)  # the scalar points
+        step, wall_time, summary = 0, 0.0, None
+        while i < end:
+            key, i = read_key(buf, i)
+            if key == 0x09:
+                wall_time = _unpack_f64(buf, i)[0]
+                i += 8
+            elif key == 0x10:
+                step, i = read_varint(buf, i)
+                step = step - (1 << 64) if step >= 1 << 63 else step
+            elif key in (0x2A, 0x3A):  # summary; session_log, whose status START (1) purges later points
+                length, i = read_varint(buf, i)
+                if key == 0x2A:
+                    summary = (i, i + length)
+                elif buf[i : i + 2] == b"\x08\x01":
+                    points.append((_START, step, None, wall_time))
+                i += length
+            else:
+                if key == 0x22:  # graph_def
+                    self.dropped["the graph (graph_def)"] += 1
+                i = skip_field(buf, i, key)
+        i, stop = summary or (0, 0)
+        while i < stop:
+            key, i = read_key(buf, i)
+            if key != 0x0A:
+                i = skip_field(buf, i, key)
+                continue
+            length, i = read_varint(buf, i)
+            item = self._other_value(buf, i, i + length)
+            if item is not None:
+                points.append((item[0], step, (item[1], item[2]), wall_time))
+            i += length
+
+    def _other_value(self, buf: bytes, i: int, end: int) -> tuple[str, str, object] | None:
+        """(marker, tag, object) of a text, histogram or image value; None for anything else."""
         value = decode_value(buf, i, end)
-        tag, run = value.tag, self.run
         if value.has_metadata:
-            self.scalar_tensor[tag] = value.is_scalar
-            self.plugins[tag] = value.plugin_name
-        if value.simple_value is not None:
-            run.add(tag, step, value.simple_value)
-            return
-        plugin = self.plugins.get(tag, "")
+            self._plugins[value.tag] = value.plugin_name
+        plugin = self._plugins.get(value.tag, "")
         if value.tensor is not None:
             if plugin == "text":
-                run.texts.setdefault(tag, {})[step] = b"\n".join(tensor_strings(value.tensor)).decode(
-                    "utf-8", "replace"
-                )
-            elif plugin == "histograms":
-                histogram = _tensor_histogram(value.tensor)
-                if histogram is not None:
-                    run.histograms.setdefault(tag, {})[step] = histogram
-            elif self.scalar_tensor.get(tag, True):
-                number = tensor_scalar(value.tensor, 0, len(value.tensor))
-                if number is not None:
-                    run.add(tag, step, number)
-            return
-        self._old_style(buf, i, end, tag, step)
-
-    def _old_style(self, buf: bytes, i: int, end: int, tag: str, step: int) -> None:
-        """``Summary.Value.image`` (4) and ``histo`` (5), which :func:`decode_value` skips."""
-        while i < end:
+                return _TEXT, value.tag, b"\n".join(tensor_strings(value.tensor)).decode("utf-8", "replace")
+            histogram = _tensor_histogram(value.tensor) if plugin == "histograms" else None
+            if histogram is None and plugin not in ("", "scalars"):
+                self.dropped[f"the {plugin} plugin's records"] += 1
+            return None if histogram is None else (_HISTOGRAM, value.tag, histogram)
+        if plugin == "hparams":
+            self.dropped["the hparams plugin's records"] += 1
+            return None
+        while i < end:  # ``Summary.Value.image`` (4) and ``histo`` (5), which decode_value skips
             key, i = read_key(buf, i)
             if key in (0x22, 0x2A):
                 length, i = read_varint(buf, i)
                 if key == 0x22:
                     image = _image_bytes(buf, i, i + length)
-                    if image:
-                        self.run.images.setdefault(tag, {})[step] = image
-                else:
-                    self.run.histograms.setdefault(tag, {})[step] = _histo(buf, i, i + length)
-                i += length
-            else:
-                i = skip_field(buf, i, key)
+                    return (_IMAGE, value.tag, image) if image else None
+                return _HISTOGRAM, value.tag, _histo(buf, i, i + length)
+            i = skip_field(buf, i, key)
+        return None
 
 
 def read(files: list[Path]) -> ImportedRun:
     """The points of one folder's event files, in name order (TensorBoard's), tags mapped to ours."""
-    collector = _Collector()
+    run = ImportedRun(source=list(files), format=NAME)
+    scalars, wall_times = run.scalars, run.wall_times
+    families = {_TEXT: run.texts, _HISTOGRAM: run.histograms, _IMAGE: run.images}
     stops: list[str] = []
+    dropped: Counter[str] = Counter()
+    last_step = None
     for path in files:
-        records = RecordReader(path)
-        for base, buf, spans in records.chunks():
-            for start, stop, intact in spans:
-                if not intact:
-                    stops.append(
-                        f"{path.name}: record at byte {base + start - HEADER_BYTES} fails its checksum, skipped"
-                    )
-                    continue
-                _event(collector, buf, start, stop)
-        if records.problem is not None:
-            how = "a corrupt record header" if records.problem == CORRUPT else "the middle of a record"
-            stops.append(f"{path}: stops at byte {records.offset} ({how}); what precedes is imported")
-    raw = collector.run
-    run = _mapped(raw, files)
-    run.source = list(files)
+        reader = _FolderReader(path)
+        for tag, step, value, wall_time in reader.read():
+            if step != last_step:
+                wall_times.setdefault(step, wall_time)
+                last_step = step
+            series = scalars.get(tag)
+            if series is not None:
+                series[step] = value
+            elif tag[0] != "\x00":
+                scalars[tag] = {step: value}
+            elif tag == _START:
+                _purge(run, step)
+            else:
+                families[tag].setdefault(value[0], {})[step] = value[1]
+        stops += [f"{path.name}: record at byte {at} fails its checksum, skipped" for at in reader.bad_records]
+        dropped.update(reader.dropped)
+        if reader.problem is not None:
+            how = "a corrupt record header" if reader.problem == CORRUPT else "the middle of a record"
+            stops.append(f"{path}: stops at byte {reader.offset} ({how}); what precedes is imported")
+    run.skipped += [f"{what}: {count} record{'s' * (count > 1)}" for what, count in sorted(dropped.items())]
+    run = _mapped(run, files)
     run.stopped_at = "; ".join(stops) or None
     return run
 
 
-def _event(collector: _Collector, buf: bytes, i: int, end: int) -> None:
-    step, wall_time, summary = 0, 0.0, None
-    while i < end:
-        key, i = read_key(buf, i)
-        if key == 0x09:
-            wall_time = _unpack_f64(buf, i)[0]
-            i += 8
-        elif key == 0x10:
-            step, i = read_varint(buf, i)
-            step = step - (1 << 64) if step >= 1 << 63 else step
-        elif key == 0x2A:  # summary
-            length, i = read_varint(buf, i)
-            summary = (i, i + length)
-            i += length
-        elif key == 0x3A:  # session_log: START (status 1) purges later points
-            length, i = read_varint(buf, i)
-            if buf[i : i + 2] == b"\x08\x01":
-                collector.purge(step)
-            i += length
-        else:
-            i = skip_field(buf, i, key)
-    if summary is None:
-        return
-    collector.run.wall_times.setdefault(step, wall_time)
-    i, stop = summary
-    while i < stop:
-        key, i = read_key(buf, i)
-        if key != 0x0A:
-            i = skip_field(buf, i, key)
-            continue
-        length, i = read_varint(buf, i)
-        collector.value(buf, i, i + length, step)
-        i += length
+def _purge(run: ImportedRun, step: int) -> None:
+    """A ``SessionLog.START`` at ``step``: TensorBoard drops the points at or after it written before."""
+    for family in (run.scalars, run.histograms, run.images, run.texts):
+        for series in family.values():
+            for dropped in [s for s in series if s >= step]:
+                del series[dropped]
 
 
 def _mapped(raw: ImportedRun, files: list[Path]) -> ImportedRun:
@@ -237,6 +241,10 @@ def _mapped(raw: ImportedRun, files: list[Path]) -> ImportedRun:
         renames.update({tag: (tag, 1.0) for tag in every_tag if tag.startswith(m.EVAL_PREFIX)})
     _rename(raw, renames)
     raw.resolution = {tag: value for tag, value in resolution.items() if tag in raw.scalars}
+    if writer == "hugging-face" and m.TRAIN_LOSS in raw.scalars:  # Trainer logs its loss as hf_trainer_state says
+        interval = logging_interval(list(raw.scalars[m.TRAIN_LOSS]))
+        raw.averaged_over = {m.TRAIN_LOSS: interval} if interval > 1 else {}
+        raw.resolution[m.TRAIN_LOSS] = 10.0**-LOSS_DECIMALS
     if writer == "megatron" and m.PERF_STEP_TIME_MS in raw.scalars:
         raw.notes.append("iteration-time converted from seconds to milliseconds")
     return raw

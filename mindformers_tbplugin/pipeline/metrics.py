@@ -119,6 +119,10 @@ COMPARED = {
 # says where the run came from and what was not imported.
 IMPORT_PREFIX = "import/"
 IMPORT_SOURCE = "import/source"
+# What an imported run may record of its batches: the samples consumed through each step and the global
+# batch size (Megatron-LM's `consumed samples`, `global batch size`; MindFormers' PyNative trainer line).
+IMPORTED_CONSUMED_SAMPLES = IMPORT_PREFIX + "consumed_samples"
+IMPORTED_GLOBAL_BATCH_SIZE = IMPORT_PREFIX + "global_batch_size"
 VS_SAMPLES_SUFFIX = "_vs_samples"
 VS_TOKENS_SUFFIX = "_vs_tokens"
 # Tags that get "vs samples"/"vs tokens" twins when those x-axes are enabled.

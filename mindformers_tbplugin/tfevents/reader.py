@@ -81,11 +81,17 @@ class EventFileReader:
         self._names: dict[bytes, str | None] = {}  # raw tag -> name, None when filtered out
         self._scalar_tensor_tags: dict[str, bool] = {}  # from metadata, which writers send once per tag
         self._templates: dict[int, _Template] = {}  # record length -> a layout seen with that length
+        self.bad_records: list[int] = []  # file offsets of records failing their checksum (skipped)
 
     @property
     def offset(self) -> int:
         """Where the next call starts reading: the end of the last complete record."""
         return self._records.offset
+
+    @property
+    def problem(self) -> str | None:
+        """What follows ``offset``: None (the end of the file), TORN or CORRUPT (see RecordReader)."""
+        return self._records.problem
 
     def read(self) -> Iterator[Point]:
         """Every complete new point; a torn last record is left for the next call."""
@@ -101,6 +107,7 @@ class EventFileReader:
             points: list[Point] = []
             for start, stop, intact in spans:
                 if not intact:
+                    self.bad_records.append(base + start - HEADER_BYTES)
                     logger.warning(
                         "%s: record at byte %d fails its checksum; skipped", self.path, base + start - HEADER_BYTES
                     )

@@ -166,6 +166,25 @@ def test_the_migrated_articles_entry_writes_the_same_run(articles_run: TrainingR
                 assert getattr(ours_at, field) == pytest.approx(getattr(theirs_at, field), rel=1e-5), (tag, step)
 
 
+def test_mftb_import_of_the_run_keeps_every_tag_value_and_histogram(articles_run: TrainingRun, tmp_path: Path) -> None:
+    """A run of ours through `mftb import`: every tag as it is, the same points and histograms as
+    TensorBoard's reader reads in the original."""
+    result = subprocess.run(
+        [MFTB, "import", str(articles_run.run_dir), "--logdir", str(tmp_path), "--name", "again"],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert read_scalars(tmp_path / "again") == read_scalars(articles_run.run_dir)
+    original, imported = _histograms(articles_run.run_dir), _histograms(tmp_path / "again")
+    assert set(imported) == set(original) and original
+    for tag, events in original.items():
+        for (step, ours_at), (their_step, theirs_at) in zip(imported[tag], events, strict=True):
+            assert (step, ours_at) == (their_step, theirs_at), tag
+
+
 def _histograms(run_dir: Path) -> dict[str, list[tuple[int, object]]]:
     """Each histogram tag's (step, HistogramValue) through TensorBoard's reader."""
     accumulator = EventAccumulator(str(run_dir), size_guidance={HISTOGRAMS: 0})

@@ -20,6 +20,7 @@ from tensorboardX.proto.summary_pb2 import Summary
 
 from mindformers_tbplugin.imports import tensorboard_folder
 from mindformers_tbplugin.imports.detect import read_source
+from mindformers_tbplugin.tfevents.events import CellInfo, graph_event, hparams_experiment_event
 from mindformers_tbplugin.tfevents.run_folders import event_files
 from mindformers_tbplugin.tfevents.writer import RunWriter
 
@@ -157,6 +158,8 @@ def test_hugging_face_tensorboard_callback(tmp_path: Path) -> None:
     }.items():
         assert run.scalars[ours] == dict(theirs[their_tag]), their_tag
     assert '"logging_dir"' in run.texts["import/args/text_summary"][0]
+    # Trainer logs the loss as the mean of the steps since its previous log, to 4 decimals.
+    assert run.averaged_over == {} and run.resolution == {"train/loss": 0.0001}
 
 
 def test_our_run_keeps_every_tag_and_its_histograms_and_texts(tmp_path: Path) -> None:
@@ -173,6 +176,8 @@ def test_our_run_keeps_every_tag_and_its_histograms_and_texts(tmp_path: Path) ->
         counts,
     )
     writer.add_text(0, "run/config", "model: tiny")
+    writer.add_built(0, lambda step, wall: graph_event(step, wall, [CellInfo("", "TinyModel")]))
+    writer.add_built(0, lambda step, wall: hparams_experiment_event(step, wall, {"lr": float}, ["train/loss"], wall))
     writer.close()
     run = read_source([tmp_path / "run"])
     assert run.format == "tensorboard"
@@ -187,6 +192,7 @@ def test_our_run_keeps_every_tag_and_its_histograms_and_texts(tmp_path: Path) ->
         14.0,
     )
     assert run.texts["run/config"] == {0: "model: tiny"}
+    assert run.skipped == ["the graph (graph_def): 1 record", "the hparams plugin's records: 1 record"]
 
 
 def test_a_resume_purges_later_points_as_tensorboard_does(tmp_path: Path) -> None:

@@ -473,6 +473,49 @@ def test_the_migrated_config_writes_what_the_sections_writer_wrote(
     assert set(MIGRATED_SCALARS) | {"batch-size", "expert_load/<router>", "<tag>_vs_samples"} <= listed, listed
 
 
+def test_import_of_the_sections_writer_folder_keeps_every_value(
+    deepseek3_original: tuple[Path, str], tmp_path: Path
+) -> None:
+    """`mftb import` of the folder MindFormers' own writer wrote: each tag under ours, with the values
+    TensorBoard's reader reads there and MFLossMonitor printed; its add_scalars folders (expert_load/...)
+    as sub-runs."""
+    original, output = deepseek3_original
+    theirs = {tag: dict(points) for tag, points in read_scalars(original / "tb" / "rank_0").items()}
+    result = subprocess.run(
+        [MFTB, "import", str(original / "tb"), "--logdir", str(tmp_path), "--name", "mf"],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"imported mindformers-tensorboard into {tmp_path / 'mf'}" in result.stdout
+    ours = {tag: dict(points) for tag, points in read_scalars(tmp_path / "mf").items()}
+    mapped = {
+        "loss": "train/loss",
+        "learning-rate": "train/lr",
+        "grad-norm": "train/grad_norm",
+        "loss-scale": "train/loss_scale",
+        "iteration-time": "perf/step_time_ms",
+        "lm-loss": "train/loss_lm",
+        "mtp-loss": "train/loss_mtp",
+        "load-balancing-loss": "train/loss_aux",
+        "loss_vs_samples": "train/loss_vs_samples",
+        "throughput": "import/throughput",
+        "batch-size": "import/batch-size",
+    }
+    for tag, our_tag in mapped.items():
+        assert ours[our_tag] == theirs[tag], tag
+    printed = mf_losses(output)
+    assert len(printed) == STEPS
+    assert ours["train/loss"] == pytest.approx(printed, abs=1e-6)  # printed with 6 decimals
+    routers = sorted((original / "tb" / "rank_0" / "expert_load").iterdir())
+    for router in routers:
+        for expert in router.iterdir():
+            imported = read_scalars(tmp_path / "mf" / "expert_load" / router.name / expert.name)
+            assert {tag.removeprefix("import/"): points for tag, points in imported.items()} == read_scalars(expert)
+
+
 def test_a_routing_collapse_is_named_by_layer_and_experts(tmp_path: Path, mcore_data: Path) -> None:
     """From step 6 layer 2's expert bias sends every token to experts 0 and 1 (group-limited routing)."""
     config = mcore_config("deepseek3", tmp_path, mcore_data, samples=40)

@@ -196,6 +196,27 @@ def test_main_loss_is_the_mean_of_the_ranks_losses(dp2_job: Job) -> None:
         assert ranks[step] == expected_rank, step
 
 
+def test_the_workers_printed_logs_import_as_a_sub_run_per_rank(dp2_job: Job) -> None:
+    """msrun's worker logs as `mftb import out/msrun_log` reads them: one sub-run per rank, whose losses
+    average to the main run's data-parallel mean loss, and whose grad norm is the main run's."""
+    from mindformers_tbplugin.imports import detect
+
+    imported = detect.read_source([dp2_job.output / "msrun_log"])
+    assert sorted(imported.sub_runs) == ["rank_0", "rank_1"] and imported.skipped == []
+    ranks = [imported.sub_runs[f"rank_{rank}"] for rank in (0, 1)]
+    assert {rank.format for rank in ranks} == {"mindformers-log"}
+    resolution = ranks[0].resolution["train/loss"]
+    main = dict(read_scalars(dp2_job.run_dir)["train/loss"])
+    assert sorted(ranks[0].scalars["train/loss"]) == sorted(main) == list(range(1, 13))
+    for step, value in main.items():
+        mean = (ranks[0].scalars["train/loss"][step] + ranks[1].scalars["train/loss"][step]) / 2
+        assert abs(mean - value) <= resolution / 2 + abs(value) * 2**-24, (step, mean, value)
+    for step, value in read_scalars(dp2_job.run_dir)["train/grad_norm"]:  # the same on every rank
+        for rank in ranks:
+            allowed = rank.resolution["train/grad_norm"] / 2 + abs(value) * 2**-24
+            assert abs(rank.scalars["train/grad_norm"][step] - value) <= allowed, (step, value)
+
+
 def test_rank_runs_hold_each_ranks_system_metrics(dp2_job: Job) -> None:
     for rank in (0, 1):
         scalars = read_scalars(dp2_job.run_dir / f"rank_{rank}")

@@ -623,3 +623,26 @@ def test_routers_without_expert_bias_get_each_steps_own_load(qwen3_moe_run: PyNa
             assert scalars[f"moe/{group}/max_violation"][step] == pytest.approx(expected, abs=1e-6), (group, step)
         assert scalars["train/loss_aux"][step] == pytest.approx(2 * 1e-3 * printed[step][1], rel=2e-6)
     assert "moe/layers.0/bias_range" not in scalars  # no expert bias
+
+
+# -- the trainer's printed log, imported ------------------------------------------------------------------
+def _imported_against_written(run: PyNativeRun, tags: tuple[str, ...], steps: int) -> None:
+    """LossCallback's printed log (output/log/rank_0/info.log) read by `mftb import`'s reader: every step's
+    value within the printed resolution (half of it, and the event's float32) of what the monitor wrote."""
+    from mindformers_tbplugin.imports import mindformers_log
+
+    imported = mindformers_log.read([run.folder / "output" / "log" / "rank_0" / "info.log"])
+    written = {tag: dict(points) for tag, points in read_scalars(run.run_dir).items()}
+    for tag in tags:
+        assert sorted(imported.scalars[tag]) == sorted(written[tag]) == list(range(1, steps + 1)), tag
+        for step, value in written[tag].items():
+            allowed = imported.resolution[tag] / 2 + abs(value) * 2**-24 + 1e-12
+            assert abs(imported.scalars[tag][step] - value) <= allowed, (tag, step, imported.scalars[tag][step], value)
+
+
+def test_the_printed_log_imports_as_what_the_monitor_wrote(pynative_run: PyNativeRun) -> None:
+    _imported_against_written(pynative_run, ("train/loss", "train/lr", "train/grad_norm"), STEPS)
+
+
+def test_the_printed_mtp_depths_import_as_the_monitors_mtp_loss(ds3_run: PyNativeRun) -> None:
+    _imported_against_written(ds3_run, ("train/loss", "train/loss_mtp", "train/grad_norm"), DS3_STEPS)
