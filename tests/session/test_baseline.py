@@ -322,3 +322,38 @@ def test_a_baseline_of_means_written_by_mftb_import_is_compared_with_the_runs_me
         mean = sum(run[s] for s in range(step - 3, step + 1)) / 4
         assert found[metrics.COMPARE_LOSS_ABS_ERR] == pytest.approx(abs(mean - (10.0 - step)))
     assert read_scalars(tmp_path / "run" / "baseline") == {metrics.TRAIN_LOSS: [(4, 6.0), (8, 2.0)]}
+
+
+def test_a_megatron_log_baseline_is_compared_over_its_log_interval(tmp_path: Path) -> None:
+    """Megatron-LM's printed log (training_log's fields at main: means over --log-interval 4 steps, the
+    grad norm with 3 decimals), read by its reader: at its iterations, the run's mean over the same 4
+    steps against the printed mean; the grad norm's rounding is no difference."""
+    lines = []
+    for it in (4, 8):
+        fields = {
+            "consumed samples": f"{it * 32:12d}",
+            "elapsed time per iteration (ms)": "1234.6",
+            "learning rate": f"{3e-4:.6E}",
+            "global batch size": f"{32:5d}",
+            "lm loss": f"{10.0 - it:.6E}",
+            "loss scale": "1.0",
+            "grad norm": f"{0.5 + it / 100:.3f}",
+            "number of skipped iterations": f"{0:3d}",
+            "number of nan iterations": f"{0:3d}",
+        }
+        head = f" [2024-05-01 10:00:{it:02d}.250000] iteration {it:8d}/{8:8d} |"
+        lines.append(head + "".join(f" {key}: {value} |" for key, value in fields.items()))
+    (tmp_path / "train.log").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    baseline = Baseline(tmp_path / "train.log", tmp_path / "run")
+    assert baseline.drain(60) == []
+    run = {step: 10.0 - step + 0.05 * step for step in range(1, 9)}
+    found = {}
+    for step, loss in run.items():  # the run's grad norm within the printed value's rounding, then beyond
+        grad_norm = 0.5 + step / 100 + (0.0004 if step == 4 else 0.002)
+        found.update(baseline.derive(step, {metrics.TRAIN_LOSS: loss, metrics.TRAIN_GRAD_NORM: grad_norm}))
+    assert sorted(found) == [4, 8]
+    for step in (4, 8):
+        mean = sum(run[s] for s in range(step - 3, step + 1)) / 4
+        assert found[step][metrics.COMPARE_LOSS_ABS_ERR] == pytest.approx(abs(mean - (10.0 - step)))
+    assert found[4][metrics.COMPARE_GRAD_NORM_ABS_ERR] == 0.0  # 0.0004 under the printed 0.0005
+    assert found[8][metrics.COMPARE_GRAD_NORM_ABS_ERR] > 0.0
