@@ -17,6 +17,7 @@ import mindspore  # noqa: F401  (first: tensorboard's protobufs loaded before it
 
 from benchmarks import (
     alert_engine_cost,
+    baseline_cost,
     compare_speed,
     crash_loss,
     decode_cost,
@@ -63,6 +64,7 @@ SECTIONS = [
     runs_listing,
     import_speed,
     compare_speed,
+    baseline_cost,
 ]
 
 TARGET_US = 20.0

@@ -15,7 +15,9 @@ sinks, and as Markdown under ``alerts/incident`` in the Text tab):
   from it and skip the data up to and including the alert's step (the classic trainer's
   ``data_skip_steps``); ``resume_note``: what those lines cannot do, when so (MindFormers 2.x's PyNative
   trainer has no key that skips data) (framework/checkpoints.py);
-* ``lr``, ``grad_norm``, ``loss_scale`` written at that step (null when not written).
+* ``lr``, ``grad_norm``, ``loss_scale`` written at that step (null when not written);
+* what the rule that fired knows itself (``baseline_divergence``: ``first_divergent_step``, ``compared``
+  and the window's mean errors).
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ class IncidentRecorder:
     def attach(self, alert: Alert) -> Alert:
         """The alert with its incident; unchanged (one warning) if building it failed: alerting goes on."""
         try:
-            return replace(alert, incident=self.incident(alert))
+            return replace(alert, incident={**self.incident(alert), **(alert.incident or {})})
         except Exception as exc:  # an unreadable checkpoint folder, an unexpected value
             self._warn_once("incident", f"AlertMonitor: no incident for {alert.rule} at step {alert.step}: {exc!r}")
             return alert
@@ -147,6 +149,8 @@ def markdown(alert: Alert) -> str:
             for entry in layers
         )
         lines.append(f"- layers: {shown}")
+    if "first_divergent_step" in incident:
+        lines.append(f"- first divergent step: {_text(incident['first_divergent_step'])} ({incident.get('compared')})")
     state = ", ".join(f"{key} {_text(incident.get(key))}" for key in ("lr", "grad_norm", "loss_scale"))
     lines.append(f"- at that step: {state}")
     samples = incident.get("samples")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mindformers_tbplugin.alerts.collapse_rules import ExpertCollapseRule, LossScaleCollapseRule
+from mindformers_tbplugin.alerts.divergence_rule import BaselineDivergenceRule
 from mindformers_tbplugin.alerts.rules import (
     NonFiniteRule,
     PlateauRule,
@@ -23,6 +24,7 @@ RULES: dict[str, type[Rule]] = {
         ThroughputDropRule,
         LossScaleCollapseRule,
         ExpertCollapseRule,
+        BaselineDivergenceRule,
         StallRule,
     )
 }

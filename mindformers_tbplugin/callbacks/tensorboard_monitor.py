@@ -32,6 +32,7 @@ class TensorBoardMonitor(MonitorCallback):
         self.options = TensorBoardOptions.of(options, type(self).__name__)  # fails fast on a bad entry
         self.log_root = self.options.log_root  # against the working directory now, as documented
         self._archive = self.options.archive_root
+        self._baseline = self.options.baseline_path  # against the working directory now, as its check
         self.session: MonitorSession | None = None
         self._warn_once = WarnOnce()
 
@@ -47,7 +48,9 @@ class TensorBoardMonitor(MonitorCallback):
     # -- training events (either trainer) ---------------------------------------------------------
     def train_started(self, start: TrainStart) -> None:
         try:
-            self.session = MonitorSession(self.options, (self.log_root, self._archive), start, self.step_of)
+            self.session = MonitorSession(
+                self.options, (self.log_root, self._archive, self._baseline), start, self.step_of
+            )
         except Exception as exc:  # monitoring never stops training: this monitor stays idle
             self._warn_once("begin", f"TensorBoardMonitor: {exc!r} at train begin; training continues unmonitored")
             return

@@ -13,14 +13,17 @@ import yaml
 
 from mindformers_tbplugin.framework import running_config
 from mindformers_tbplugin.framework.model_facts import ModelFacts
-from mindformers_tbplugin.pipeline.metrics import EVAL_LOSS, TRAIN_LOSS, static_learning_rate
+from mindformers_tbplugin.pipeline.metrics import COMPARED, EVAL_LOSS, TRAIN_LOSS, static_learning_rate
 from mindformers_tbplugin.pipeline.topology import Topology
 from mindformers_tbplugin.tfevents.events import CellInfo, ParamInfo
 
 if TYPE_CHECKING:
     from mindformers_tbplugin.framework.trainers import TrainStart
 
-HPARAM_METRICS = (TRAIN_LOSS, EVAL_LOSS)
+# With a baseline (TensorBoardMonitor's ``baseline``), the comparison's summary: the last running mean
+# errors. Every run declares them (TensorBoard takes one run's declaration for all): blank without one.
+HPARAM_METRICS = (TRAIN_LOSS, EVAL_LOSS, *(tag for tags in COMPARED.values() for tag in tags[3:]))
+BASELINE_HPARAM = "baseline"  # the baseline's path, when a run has one
 
 
 def _model_paths(*keys: str) -> tuple[str, ...]:
@@ -79,10 +82,11 @@ _FROM_RUN = (
     "router",
     "data_parallel_replicas",
     "model_flops_per_step",
+    BASELINE_HPARAM,
 )
 HPARAM_NAMES = tuple(sorted([name for name, _ in _FROM_YAML] + list(_FROM_RUN)))
 # Declared column types let the dashboard sort and filter; every other column is a number.
-_STRING_HPARAMS = {"experiment", "lr_schedule", "optimizer", "model_type", "compute_dtype", "router"}
+_STRING_HPARAMS = {"experiment", "lr_schedule", "optimizer", "model_type", "compute_dtype", "router", BASELINE_HPARAM}
 _BOOL_HPARAMS = {"use_parallel"}
 
 

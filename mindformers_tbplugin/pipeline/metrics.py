@@ -87,6 +87,34 @@ RUN_CONFIG = "run/config"  # text: the resolved YAML, secrets masked
 RUN_PARAMETERS = "run/parameters"  # text: parameter counts per block
 META_RESTART = "meta/restart"  # scalar: the step resumed from; text: what was resumed
 META_STATUS = "meta/status"  # text: completed / failed / terminated at step N
+# A run against its baseline (TensorBoardMonitor's ``baseline``): at each logged step the baseline has,
+# the step's absolute and relative errors, and their running means over the steps compared so far.
+COMPARE_PREFIX = "compare/"
+COMPARE_LOSS_ABS_ERR = "compare/loss_abs_err"
+COMPARE_LOSS_REL_ERR = "compare/loss_rel_err"
+COMPARE_LOSS_MEAN_ABS_ERR = "compare/loss_mean_abs_err"
+COMPARE_LOSS_MEAN_REL_ERR = "compare/loss_mean_rel_err"
+COMPARE_GRAD_NORM_ABS_ERR = "compare/grad_norm_abs_err"
+COMPARE_GRAD_NORM_REL_ERR = "compare/grad_norm_rel_err"
+COMPARE_GRAD_NORM_MEAN_ABS_ERR = "compare/grad_norm_mean_abs_err"
+COMPARE_GRAD_NORM_MEAN_REL_ERR = "compare/grad_norm_mean_rel_err"
+# quantity -> (the run's tag, its abs err, rel err, mean abs err, mean rel err)
+COMPARED = {
+    "loss": (
+        TRAIN_LOSS,
+        COMPARE_LOSS_ABS_ERR,
+        COMPARE_LOSS_REL_ERR,
+        COMPARE_LOSS_MEAN_ABS_ERR,
+        COMPARE_LOSS_MEAN_REL_ERR,
+    ),
+    "grad_norm": (
+        TRAIN_GRAD_NORM,
+        COMPARE_GRAD_NORM_ABS_ERR,
+        COMPARE_GRAD_NORM_REL_ERR,
+        COMPARE_GRAD_NORM_MEAN_ABS_ERR,
+        COMPARE_GRAD_NORM_MEAN_REL_ERR,
+    ),
+}
 # Runs brought in by ``mftb import``: tags of no equivalent keep their name under this prefix; the text
 # says where the run came from and what was not imported.
 IMPORT_PREFIX = "import/"
@@ -108,7 +136,8 @@ _WRAPPER_LAYOUTS = (3, 4, 5, 7)  # output counts of MindFormers' train wrappers 
 BUILTIN_TAGS = frozenset(
     value
     for name, value in dict(globals()).items()
-    if name.startswith(("TRAIN_", "PERF_", "SYSTEM_", "EVAL_", "META_", "GRAD_NORM_TOTAL")) and not value.endswith("/")
+    if name.startswith(("TRAIN_", "PERF_", "SYSTEM_", "EVAL_", "META_", "GRAD_NORM_TOTAL", "COMPARE_"))
+    and not value.endswith("/")
 )
 BUILTIN_FAMILIES = (
     EVAL_PREFIX,

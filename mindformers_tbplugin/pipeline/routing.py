@@ -18,6 +18,8 @@ cross-rank aggregation first, according to their kind.
   ``local/`` when there are several ranks).
 * MoE expert loads (``routers``): see :mod:`~mindformers_tbplugin.pipeline.expert_routing`; on a
   multi-rank job they ride in the same all-reduce.
+* derived values (``derived``: the comparison with a baseline): computed from what the main run gets,
+  where it is routed, and written beside it in the same event (earlier steps held back: their own).
 * per-rank records (``rank_layout``): the system values every rank sent in that all-reduce, kept by
   the writing rank as a ``ranks/matrix`` tensor per interval (or per several: see
   :mod:`~mindformers_tbplugin.pipeline.rank_records`), encoded on the writer thread.
@@ -26,7 +28,9 @@ cross-rank aggregation first, according to their kind.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -55,6 +59,18 @@ from mindformers_tbplugin.tfevents.events import tensor_event
 from mindformers_tbplugin.tfevents.writer import RunWriter
 
 LOCAL_PREFIX = "local/"
+DERIVED_WAIT_SECS = 120.0  # at the end, for values still being prepared (a baseline being read)
+Derived = list[tuple[int, dict[str, float]]]
+
+
+class DerivedValues(Protocol):
+    """Values computed from what the main run gets (session/baseline.py's comparison)."""
+
+    def derive(self, step: int, values: Mapping[str, float]) -> Derived:
+        """``[(step, values)]`` to write for the main run's ``values`` of ``step`` (its own step's last)."""
+
+    def drain(self, timeout: float) -> Derived:
+        """At the end: what is still held back."""
 
 
 @dataclass(frozen=True)
@@ -85,10 +101,13 @@ class MetricRouter:
         rank_run: RunWriter | None,
         collectives: CollectiveOps | None,
         run: Run | None = None,
+        derived: DerivedValues | None = None,
     ) -> None:
         """``run``: the training's Run (its listeners see what the main run gets; its job stop rides in
-        the aggregation); by default one of the router's own."""
+        the aggregation); by default one of the router's own. ``derived``: values computed from the
+        main run's, written beside them (the writing rank)."""
         self.topology = topology
+        self._derived = derived if main is not None else None
         self.run = run if run is not None else Run()
         self.options = options
         self.main = main
@@ -149,6 +168,8 @@ class MetricRouter:
             self.run.stop.carriers += 1
         if self._experts is not None:
             self.run.on_settle(self._settle_expert_loads)
+        if self._derived is not None:
+            self.run.on_settle(self._settle_derived)
 
     # -- per step ---------------------------------------------------------------------------------
     def log_step(self, step_metrics: StepMetrics) -> None:
@@ -241,12 +262,31 @@ class MetricRouter:
             self._write_main(step, main)
 
     def _write_main(self, step: int, values: dict[str, float]) -> None:
+        if self._derived is not None:
+            values = self._with_derived(step, values)
         self.main.add_scalars(step, values)
         self.run.publish(step, values)
         for suffix, per_step in self._x_axes:
             variants = metrics.x_axis_variants(values, suffix)
             if variants:
                 self.main.add_scalars(int(step * per_step), variants)
+
+    def _with_derived(self, step: int, values: dict[str, float]) -> dict[str, float]:
+        """``values`` with what is derived from them at ``step``; held-back steps' written first."""
+        own = None
+        for derived_step, derived in self._derived.derive(step, values):
+            if derived_step == step:  # a held-back step may be this one too
+                own = derived if own is None else {**own, **derived}
+            else:
+                self.main.add_scalars(derived_step, derived)
+                self.run.publish(derived_step, derived)
+        return values if own is None else {**values, **own}
+
+    def _settle_derived(self, wait: float = DERIVED_WAIT_SECS) -> None:
+        """The derived values still held back, written and published (the end of training)."""
+        for step, derived in self._derived.drain(wait):
+            self.main.add_scalars(step, derived)
+            self.run.publish(step, derived)
 
     # -- aggregation --------------------------------------------------------------------------------
     def aggregate(self, step: int) -> None:
@@ -346,6 +386,9 @@ class MetricRouter:
     def finish(self, clean: bool) -> None:
         """End of training. After a clean end every rank aggregates what is left; after a failure
         no collective is attempted (other ranks may be gone) and this rank's values are written."""
+        if self._derived is not None:
+            # the baseline waited for (not after a failure or SIGTERM): the last aggregation's steps compared at once
+            self._settle_derived(DERIVED_WAIT_SECS if clean else 0.0)
         if self._data is None:
             self._finish_expert_records()
             return

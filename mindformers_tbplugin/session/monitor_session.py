@@ -34,6 +34,7 @@ from mindformers_tbplugin.pipeline.run import Run, training_run
 from mindformers_tbplugin.pipeline.status_record import FAILED, FINISHED, STOPPED
 from mindformers_tbplugin.registration import exit_status
 from mindformers_tbplugin.session import run_folder, run_record
+from mindformers_tbplugin.session.baseline import Baseline
 from mindformers_tbplugin.session.status_writer import StatusWriter
 from mindformers_tbplugin.session.step_backlog import StepBacklog
 from mindformers_tbplugin.session.step_reads import StepReads
@@ -49,14 +50,14 @@ class MonitorSession:
     def __init__(
         self,
         options: TensorBoardOptions,
-        folders: tuple[Path, Path | None],
+        folders: tuple[Path, Path | None, Path | None],
         start: TrainStart,
         step_of: Callable[[Any], int],
     ) -> None:
-        """Opens the run of the training ``start`` describes. ``folders``: the log root and the archive
-        folder as the callback resolved them when it was built; ``step_of``: a hook's run context to its
-        step counted from the training's first."""
-        log_root, archive = folders
+        """Opens the run of the training ``start`` describes. ``folders``: the log root, the archive
+        folder and the baseline as the callback resolved them when it was built; ``step_of``: a hook's
+        run context to its step counted from the training's first."""
+        log_root, archive, self._baseline_path = folders
         self.options, self.log_root, self.archive = options, log_root, archive
         self.run: Run = training_run(start.training)
         self.extra = options.extra()
@@ -134,8 +135,11 @@ class MonitorSession:
         self.run_dir, hosts = run_folder.open_run_dir(
             self.log_root, pattern, experiment, continued, topology, collectives
         )
+        self.baseline: Baseline | None = None
         if topology.is_writer:
             self.writer = self._open_writer(self.run_dir)
+            if self._baseline_path is not None:  # read on a thread of its own
+                self.baseline = Baseline(self._baseline_path, self.run_dir)
             run.name = self.run_dir.relative_to(self.log_root).as_posix()  # AlertMonitor's `run`
             retention = (self.run_dir, options.keep_last_runs, self.archive, options.min_free_gb)
             self.guard("housekeeping", run_folder.housekeeping, self.log_root, pattern, experiment, *retention)
@@ -173,7 +177,7 @@ class MonitorSession:
                 options.dead_expert_fraction,
             ),
         )
-        router = MetricRouter(topology, router_options, self.writer, rank_writer, collectives, run)
+        router = MetricRouter(topology, router_options, self.writer, rank_writer, collectives, run, self.baseline)
         self._background = self.writer or rank_writer
         if self._background is not None:
             self._background.before_drain = functools.partial(self._backlog.route, False)
@@ -221,7 +225,10 @@ class MonitorSession:
             self._warn_once("never_due", f"{NAME}: " + "; ".join(message for message in said if message))
 
     def _describe(self, start: TrainStart, run_info: run_description.RunInfoOptions) -> None:
-        description = run_description.describe_run(start, self.options.experiment, run_info, self.outputs.hparams)
+        hparams = self.outputs.hparams
+        if self.baseline is not None:
+            hparams = {**hparams, run_description.BASELINE_HPARAM: str(self.baseline.source)}
+        description = run_description.describe_run(start, self.options.experiment, run_info, hparams)
         run_record.write_description(self.writer, description)
 
     def _open_writer(self, run_dir: Path) -> RunWriter:

@@ -137,6 +137,12 @@ class TensorBoardOptions:
         stable_rank_experts: A 3-D weight (a stack of expert matrices): ``statistics`` writes
             ``/expert_max``, ``/expert_min`` and ``/expert_mean`` of its per-expert values, ``full``
             one value per expert (``/expert_<i>``), ``all`` both.
+        baseline: A run to compare this training with while it runs: a run folder (ours or any
+            TensorBoard folder) or any source ``mftb import`` reads, made absolute against the working
+            directory. Read once at train begin, off the training thread: its points go to the sub-run
+            ``<run>/baseline`` and every logged step it has gets ``compare/*`` (the loss's and grad
+            norm's errors, and their running means); a baseline missing at start is a configuration
+            error, one that cannot be read is said once and training runs without it. null: none.
     """
 
     log_dir: Annotated[str | None, NON_EMPTY_TEXT] = None
@@ -180,6 +186,7 @@ class TensorBoardOptions:
     stable_rank_every: Annotated[int, Range(min=0)] = 0
     stable_rank_params: Annotated[list[str] | None, PATTERNS] = None
     stable_rank_experts: Literal[metrics.STABLE_RANK_EXPERT_VALUES] = "statistics"
+    baseline: Annotated[str | None, NON_EMPTY_TEXT] = None
 
     @classmethod
     def check_cross_fields(cls, arguments: Mapping[str, Any]) -> list[Problem]:
@@ -213,6 +220,9 @@ class TensorBoardOptions:
                 re.compile(pattern)
             except re.error as exc:
                 problems.append(Problem(f"stable_rank_params[{index}]", f"not a regular expression: {exc}"))
+        missing = missing_baseline(arguments.get("baseline"))
+        if missing:  # at start: a training that cannot be compared fails fast (mftb train, mftb validate)
+            problems.append(Problem("baseline", missing))
         for index, reference in enumerate(arguments.get("extra_metrics") or ()):
             try:
                 custom_metrics.resolve_extra_metric(reference)
@@ -248,6 +258,11 @@ class TensorBoardOptions:
         return run_folders.log_root(self.log_dir)
 
     @property
+    def baseline_path(self) -> Path | None:
+        """``baseline`` made absolute against the working directory (at the time it is asked)."""
+        return run_folders.absolute_path(self.baseline) if self.baseline else None
+
+    @property
     def archive_root(self) -> Path | None:
         return run_folders.absolute_path(self.archive_dir) if self.archive_dir else None
 
@@ -257,3 +272,14 @@ class TensorBoardOptions:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def missing_baseline(baseline: str | None) -> str | None:
+    """Why ``baseline`` cannot be the run a training is compared with: it does not exist here."""
+    if not baseline or not isinstance(baseline, str):
+        return None
+    path = run_folders.absolute_path(baseline)
+    if path.exists():
+        return None
+    origin = "" if Path(baseline).expanduser().is_absolute() else f" (from the working directory {Path.cwd()})"
+    return f"{path}{origin} does not exist: a run folder, a log or summary file to compare the training with"

@@ -17,6 +17,7 @@ RUN_NAME_FIELDS = ("experiment", "timestamp", "rank")
 TIMESTAMP_FORMAT = "%Y%m%d-%H%M%S"
 LOG_DIR_ENV = "MFTB_LOG_DIR"
 DEFAULT_LOG_DIR = "./output/tensorboard"  # when neither the config nor the launcher names a folder
+BASELINE_RUN = "baseline"  # <run>/baseline: the points of the run a training is compared with
 EVENT_FILE_MARKER = "tfevents"  # TensorBoard opens only files whose name contains it
 _NOT_RUNS = {".git", ".venv", "venv", "node_modules", "__pycache__", "site-packages", ".cache"}
 

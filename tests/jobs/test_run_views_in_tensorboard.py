@@ -136,7 +136,10 @@ def test_hparams_two_runs_are_two_sessions_with_their_values(views: Views) -> No
     names = {info["name"] for info in experiment["hparamInfos"]}
     assert {"learning_rate", "lr_schedule", "batch_size", "global_batch_size", "seq_length", "parameters"} <= names
     assert {"data_parallel", "pipeline_stage", "seed", "experiment", "num_layers", "hidden_size"} <= names
-    assert {info["name"]["tag"] for info in experiment["metricInfos"]} == {"train/loss", "eval/loss"}
+    # With a baseline, the comparison's mean errors too (declared by every run, blank without one).
+    compared = {"compare/loss_mean_abs_err", "compare/loss_mean_rel_err"}
+    compared |= {"compare/grad_norm_mean_abs_err", "compare/grad_norm_mean_rel_err"}
+    assert {info["name"]["tag"] for info in experiment["metricInfos"]} == {"train/loss", "eval/loss", *compared}
     types = {info["name"]: info["type"] for info in experiment["hparamInfos"]}
     assert (types["learning_rate"], types["optimizer"], types["use_parallel"]) == (
         "DATA_TYPE_FLOAT64",
