@@ -29,7 +29,8 @@ _RANK_RUN = re.compile(r"rank_\d+$")  # a multi-rank job's per-rank runs, inside
 
 def run_folders(root: Path) -> Iterator[tuple[str, list[str]]]:
     """``(folder, its file names)`` of every run under ``root`` (itself included): a folder holding a status
-    record or an event file. A run's ``rank_<id>`` folders belong to it and are not entered; hidden
+    record or an event file. A run's ``rank_<id>`` folders belong to it and are not entered, nor any folder
+    of a monitored run (one with a status record: its ``baseline`` and other sub-runs); hidden
     folders are skipped. A folder that cannot be listed is yielded with no names (its row says so).
     Folders are plain strings: 10,000 runs list in about a second, and pathlib's objects would double it."""
     top = os.fspath(root).rstrip(os.sep) or os.sep
@@ -54,6 +55,8 @@ def run_folders(root: Path) -> Iterator[tuple[str, list[str]]]:
         if is_run:
             yield folder, names
         subfolders.sort(reverse=True)
+        if STATUS_FILE in names:
+            continue
         stack.extend(f"{folder}{os.sep}{name}" for name in subfolders if not (is_run and _RANK_RUN.match(name)))
 
 
