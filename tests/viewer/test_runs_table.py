@@ -13,6 +13,7 @@ from conftest import read_scalars
 
 from mindformers_tbplugin.pipeline import status_record
 from mindformers_tbplugin.pipeline.status_record import STATUS_FILE, StatusRecord
+from mindformers_tbplugin.tfevents.event_file import EventFile
 from mindformers_tbplugin.tfevents.writer import RunWriter
 from mindformers_tbplugin.viewer import runs_table, runs_text
 
@@ -129,7 +130,7 @@ def test_rank_folders_belong_to_their_run_and_nested_runs_are_found(tmp_path: Pa
     job = _record(tmp_path, "cluster/job7/tensorboard/llama_1", world_size=16)
     for rank in range(3):
         RunWriter(job / f"rank_{rank}").close()
-    RunWriter(job / "baseline").close()  # a live comparison's sub-run (TensorBoardMonitor's baseline option)
+    EventFile(job / "baseline").close()  # a live comparison's sub-run (TensorBoardMonitor's baseline option)
     _record(tmp_path, "cluster/job8/tensorboard/llama_1")
     (tmp_path / ".hidden" / "x").mkdir(parents=True)
     _record(tmp_path / ".hidden", "x/llama_1")
