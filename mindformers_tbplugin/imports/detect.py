@@ -21,7 +21,7 @@ from mindformers_tbplugin.imports import (
     tensorboard_folder,
 )
 from mindformers_tbplugin.imports.imported_run import ImportedRun, SourceFormat
-from mindformers_tbplugin.pipeline.metrics import TRAIN_LOSS
+from mindformers_tbplugin.pipeline import metrics as m
 
 FIRST_BYTES = 1 << 16  # what a sniffer sees of each file
 # The formats tried, in this order (a file is given to the first whose sniffer accepts it).
@@ -36,6 +36,9 @@ _ROTATED = re.compile(r"^(?P<base>.+?)(?:\.(?P<part>\d+))?$")
 # Where a rank's files live: MindFormers' output/log/rank_N/, msrun's worker_N.log, our rank_N/ runs.
 _RANK_PART = re.compile(r"^(?:rank_?(?P<rank>\d+)|worker_(?P<worker>\d+)\.log(?:\.\d+)?)$")
 
+# Averaged over the ranks in a multi-rank source's main run, as the monitor averages them over data-parallel
+# ranks (under pipeline parallelism only the last stage's are valid: its ranks' sub-runs are the ones to read).
+DATA_PARALLEL_MEAN = (m.TRAIN_LOSS, m.TRAIN_LOSS_LM, m.TRAIN_LOSS_MTP, m.TRAIN_LOSS_AUX, m.TRAIN_LOSS_INDEXER)
 _Group = tuple[SourceFormat, list[Path]]  # a format and one run's files, in reading order
 
 
@@ -155,23 +158,43 @@ def _rank_of(parts: tuple[str, ...]) -> int | None:
     return None
 
 
+def _mean_per_step(series: list[dict[int, float]]) -> dict[int, float]:
+    sums: dict[int, float] = defaultdict(float)
+    counts: dict[int, int] = defaultdict(int)
+    for points in series:
+        for step, value in points.items():
+            sums[step] += value
+            counts[step] += 1
+    return {step: sums[step] / counts[step] for step in sorted(sums)}
+
+
 def _describe(fmt: SourceFormat, files: list[Path]) -> str:
     """A log by its file, a folder's files by the folder."""
     return str(files[0]) if fmt.rotated else f"{files[0].parent}/"
 
 
 def _main_of_ranks(paths: list[Path], subs: dict[int, ImportedRun]) -> ImportedRun:
-    """The main run of a source made only of ranks: the lowest rank that has a loss (what a comparison
-    reads first), every rank kept as its own sub-run."""
+    """The main run of a source made only of ranks, as a monitored run's: the loss and its parts are
+    the mean over the ranks that print them at each step (the data-parallel mean loss; each rank's
+    own is its sub-run), every other tag is the highest rank's that has a loss (the model's values,
+    the same on every rank; Megatron-LM prints on its last rank only)."""
     first = next(iter(subs.values()))
-    shown = next((rank for rank, run in subs.items() if TRAIN_LOSS in run.scalars), next(iter(subs)))
+    with_loss = [rank for rank, run in subs.items() if m.TRAIN_LOSS in run.scalars]
+    shown = max(with_loss) if with_loss else min(subs)
     chosen = subs[shown]
     main = ImportedRun(source=list(paths), format=first.format)
     main.scalars = {tag: dict(series) for tag, series in chosen.scalars.items()}
     main.wall_times = dict(chosen.wall_times)
     main.averaged_over = dict(chosen.averaged_over)
     main.resolution = dict(chosen.resolution)
-    main.notes.append(f"the main run shows rank {shown}'s values; every rank is its rank_<id> sub-run")
+    for tag in DATA_PARALLEL_MEAN:
+        series = [run.scalars[tag] for run in subs.values() if tag in run.scalars]
+        if len(series) > 1:
+            main.scalars[tag] = _mean_per_step(series)
+    averaged = sorted(tag for tag in DATA_PARALLEL_MEAN if sum(tag in run.scalars for run in subs.values()) > 1)
+    if averaged:
+        main.notes.append(f"{', '.join(averaged)}: the mean over the ranks that print them at each step")
+    main.notes.append(f"the main run's other tags are rank {shown}'s; every rank is its rank_<id> sub-run")
     for rank, run in subs.items():
         main.skipped.extend(f"rank {rank}: {what}" for what in run.skipped)
         main.notes.extend(f"rank {rank}: {note}" for note in run.notes)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 import struct
+from collections import Counter
 from pathlib import Path
 
 from mindformers_tbplugin.imports.hf_trainer_state import LOSS_DECIMALS, logging_interval
@@ -113,6 +114,7 @@ class _FolderReader(EventFileReader):
     def __init__(self, path: Path) -> None:
         super().__init__(path)
         self._plugins: dict[str, str] = {}  # tag -> plugin named by its metadata (sent with the first point)
+        self.dropped: Counter[str] = Counter()  # what is not imported, in words -> records
 
     def _parse_event(self, buf: bytes, i: int, end: int, points: list) -> None:
         super()._parse_event(buf, i, end, points)  # the scalar points
@@ -133,6 +135,8 @@ class _FolderReader(EventFileReader):
                     points.append((_START, step, None, wall_time))
                 i += length
             else:
+                if key == 0x22:  # graph_def
+                    self.dropped["the graph (graph_def)"] += 1
                 i = skip_field(buf, i, key)
         i, stop = summary or (0, 0)
         while i < stop:
@@ -156,7 +160,12 @@ class _FolderReader(EventFileReader):
             if plugin == "text":
                 return _TEXT, value.tag, b"\n".join(tensor_strings(value.tensor)).decode("utf-8", "replace")
             histogram = _tensor_histogram(value.tensor) if plugin == "histograms" else None
+            if histogram is None and plugin not in ("", "scalars"):
+                self.dropped[f"the {plugin} plugin's records"] += 1
             return None if histogram is None else (_HISTOGRAM, value.tag, histogram)
+        if plugin == "hparams":
+            self.dropped["the hparams plugin's records"] += 1
+            return None
         while i < end:  # ``Summary.Value.image`` (4) and ``histo`` (5), which decode_value skips
             key, i = read_key(buf, i)
             if key in (0x22, 0x2A):
@@ -175,6 +184,7 @@ def read(files: list[Path]) -> ImportedRun:
     scalars, wall_times = run.scalars, run.wall_times
     families = {_TEXT: run.texts, _HISTOGRAM: run.histograms, _IMAGE: run.images}
     stops: list[str] = []
+    dropped: Counter[str] = Counter()
     last_step = None
     for path in files:
         reader = _FolderReader(path)
@@ -192,9 +202,11 @@ def read(files: list[Path]) -> ImportedRun:
             else:
                 families[tag].setdefault(value[0], {})[step] = value[1]
         stops += [f"{path.name}: record at byte {at} fails its checksum, skipped" for at in reader.bad_records]
+        dropped.update(reader.dropped)
         if reader.problem is not None:
             how = "a corrupt record header" if reader.problem == CORRUPT else "the middle of a record"
             stops.append(f"{path}: stops at byte {reader.offset} ({how}); what precedes is imported")
+    run.skipped += [f"{what}: {count} record{'s' * (count > 1)}" for what, count in sorted(dropped.items())]
     run = _mapped(run, files)
     run.stopped_at = "; ".join(stops) or None
     return run
@@ -214,6 +226,8 @@ def _mapped(raw: ImportedRun, files: list[Path]) -> ImportedRun:
     tags = set(raw.scalars)
     every_tag = tags.union(raw.histograms, raw.images, raw.texts)
     writer = next((w for w, (_, markers, _, _) in WRITERS.items() if tags.intersection(markers)), None)
+    if metadata or (writer in ("megatron", "mindformers") and m.TRAIN_LOSS in tags):
+        writer = None  # a run mftb import wrote, or one of ours with a custom tag spelled like theirs
     if writer is None:
         raw.format = metadata.get("format", NAME)
         if not any(m.is_builtin_tag(tag) for tag in tags) and tags:

@@ -41,15 +41,17 @@ def test_missing_path_and_folder_without_any_known_file(tmp_path: Path) -> None:
         detect.read_source([])
 
 
-def test_rank_folders_become_sub_runs_and_the_main_run_shows_the_lowest_rank(tmp_path: Path) -> None:
+def test_rank_folders_become_sub_runs_and_the_main_run_averages_the_loss(tmp_path: Path) -> None:
     for rank in (0, 1, 3):
-        write_run(tmp_path / "job" / f"rank_{rank}", {1: 5.0 + rank, 2: 4.0 + rank})
+        write_run(tmp_path / "job" / f"rank_{rank}", {1: 5.0 + rank, 2: 4.0 + rank}, **{"train/lr": 0.25 * (rank + 1)})
     (tmp_path / "job" / "train.yaml").write_text("seed: 0\n")  # files of no format in a folder are passed over
     run = detect.read_source([tmp_path / "job"])
     assert sorted(run.sub_runs) == ["rank_0", "rank_1", "rank_3"]
     assert run.sub_runs["rank_3"].scalars["train/loss"] == {1: 8.0, 2: 7.0}
-    assert run.scalars["train/loss"] == {1: 5.0, 2: 4.0}
-    assert any("rank 0's values" in note for note in run.notes)
+    # The data-parallel mean loss, as a monitored run's main run; the other tags the highest rank's.
+    assert run.scalars["train/loss"] == {1: (5.0 + 6.0 + 8.0) / 3, 2: (4.0 + 5.0 + 7.0) / 3}
+    assert run.scalars["train/lr"] == {1: 1.0, 2: 1.0}
+    assert "train/loss: the mean over the ranks that print them at each step" in run.notes
 
 
 def test_one_rank_folder_named_is_the_run(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from tensorboardX.proto.summary_pb2 import Summary
 
 from mindformers_tbplugin.imports import tensorboard_folder
 from mindformers_tbplugin.imports.detect import read_source
+from mindformers_tbplugin.tfevents.events import CellInfo, graph_event, hparams_experiment_event
 from mindformers_tbplugin.tfevents.run_folders import event_files
 from mindformers_tbplugin.tfevents.writer import RunWriter
 
@@ -165,7 +166,8 @@ def test_our_run_keeps_every_tag_and_its_histograms_and_texts(tmp_path: Path) ->
     writer = RunWriter(tmp_path / "run")
     writer.add_session_start(1)
     for step in STEPS:
-        writer.add_scalars(step, {"train/loss": 3.0 / step, "train/lr": 1e-4, "my/custom": float(step)})
+        # "loss", a custom tag spelled as MindFormers' writer's: the run stays ours
+        writer.add_scalars(step, {"train/loss": 3.0 / step, "train/lr": 1e-4, "my/custom": float(step), "loss": 1.0})
     counts = [0.0, 2.0, 5.0, 1.0]
     writer.add_histogram(
         4,
@@ -175,13 +177,15 @@ def test_our_run_keeps_every_tag_and_its_histograms_and_texts(tmp_path: Path) ->
         counts,
     )
     writer.add_text(0, "run/config", "model: tiny")
+    writer.add_built(0, lambda step, wall: graph_event(step, wall, [CellInfo("", "TinyModel")]))
+    writer.add_built(0, lambda step, wall: hparams_experiment_event(step, wall, {"lr": float}, ["train/loss"], wall))
     writer.close()
     run = read_source([tmp_path / "run"])
     assert run.format == "tensorboard"
     assert {tag: series for tag, series in run.scalars.items()} == {
         tag: dict(points) for tag, points in read_scalars(tmp_path / "run").items()
     }
-    assert set(run.scalars) == {"train/loss", "train/lr", "my/custom"}
+    assert set(run.scalars) == {"train/loss", "train/lr", "my/custom", "loss"}
     histogram = run.histograms["grad_norm/per_param_log10"][4]
     assert (histogram.limits, histogram.counts, histogram.stats["sum_squares"]) == (
         [-2.0, -1.0, 0.0, 0.5],
@@ -189,6 +193,7 @@ def test_our_run_keeps_every_tag_and_its_histograms_and_texts(tmp_path: Path) ->
         14.0,
     )
     assert run.texts["run/config"] == {0: "model: tiny"}
+    assert run.skipped == ["the graph (graph_def): 1 record", "the hparams plugin's records: 1 record"]
 
 
 def test_a_resume_purges_later_points_as_tensorboard_does(tmp_path: Path) -> None:
