@@ -41,7 +41,9 @@ def _cleaned(mapping: dict[str, tuple[str, float]]) -> dict[str, tuple[str, floa
 
 
 # Foreign tag -> (our tag, factor to our unit). Throughput tags differ in meaning between writers:
-# MindFormers' ``throughput`` is samples/s per device, ours are the job's, so it stays under import/.
+# MindFormers' ``throughput`` is samples/s per device, ours are the job's, so it stays under import/; its
+# ``load-balancing-loss`` and ``indexer-loss`` are the losses before their coefficients (the wrapper divides
+# them by aux_loss_scale and the layer count), not the contributions train/loss_aux and _indexer hold.
 _SAMPLES = " vs samples"
 MINDFORMERS = _cleaned(
     {
@@ -49,8 +51,6 @@ MINDFORMERS = _cleaned(
         "loss" + _SAMPLES: (m.TRAIN_LOSS + m.VS_SAMPLES_SUFFIX, 1.0),
         "lm-loss": (m.TRAIN_LOSS_LM, 1.0),
         "mtp-loss": (m.TRAIN_LOSS_MTP, 1.0),
-        "load-balancing-loss": (m.TRAIN_LOSS_AUX, 1.0),
-        "indexer-loss": (m.TRAIN_LOSS_INDEXER, 1.0),
         "learning-rate": (m.TRAIN_LR, 1.0),
         "learning-rate" + _SAMPLES: (m.TRAIN_LR + m.VS_SAMPLES_SUFFIX, 1.0),
         "grad-norm": (m.TRAIN_GRAD_NORM, 1.0),

@@ -112,11 +112,12 @@ def test_mindformers_builtin_writer_tags(tmp_path: Path) -> None:
     theirs = dict(read_scalars(tmp_path))
     run = read_source([tmp_path])
     assert run.format == "mindformers-tensorboard"
+    assert "train/loss_aux" not in run.scalars
     for their_tag, ours in {
         "loss": "train/loss",
         "loss_vs_samples": "train/loss_vs_samples",
         "lm-loss": "train/loss_lm",
-        "load-balancing-loss": "train/loss_aux",
+        "load-balancing-loss": "import/load-balancing-loss",  # before its coefficient: not train/loss_aux
         "mtp-loss": "train/loss_mtp",
         "learning-rate": "train/lr",
         "grad-norm": "train/grad_norm",
