@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import struct
 import time
-from itertools import repeat
+from bisect import bisect_left
 from pathlib import Path
 
 from tensorboard.compat.proto import event_pb2, summary_pb2
@@ -24,10 +24,10 @@ from mindformers_tbplugin.tfevents.event_file import EventFile
 from mindformers_tbplugin.tfevents.events import (
     encode_scalars_event,
     histogram_event,
-    scalar_rows_encoder,
     session_start_event,
     text_event,
 )
+from mindformers_tbplugin.tfevents.scalar_blocks import scalar_records
 
 _PNG = b"\x89PNG\r\n\x1a\n"
 MAX_LISTED = 20  # skipped items listed in the text; the rest counted
@@ -82,21 +82,27 @@ def _write_one(run: ImportedRun, folder: Path) -> Path:
 
 
 def _write_scalars(events: EventFile, run: ImportedRun, steps: list[int], now: float) -> None:
-    """One event per step. The tags present at every step (all of them, in most runs) are encoded
-    by one compiled layout, from columns read at once; the others join the steps that have them."""
+    """One event per step. The steps holding exactly the tags present at every step (all of them, in
+    most runs) are framed in blocks from columns read at once; the others one by one."""
     full = [tag for tag, series in run.scalars.items() if len(series) == len(steps)]
     partial = [(tag, series) for tag, series in run.scalars.items() if len(series) != len(steps)]
-    encode = scalar_rows_encoder(full)
-    columns = [list(map(run.scalars[tag].__getitem__, steps)) for tag in full]
-    rows = zip(*columns, strict=True) if columns else repeat((), len(steps))
     wall_times = run.wall_times
-    for step, row in zip(steps, rows, strict=True):
-        wall_time = wall_times.get(step) or now
-        extra = {tag: series[step] for tag, series in partial if step in series}
-        if extra:
-            events.write(encode_scalars_event(step, wall_time, {**dict(zip(full, row, strict=True)), **extra}))
-        else:
-            events.write(encode(step, wall_time, row))
+    walls = [wall_times.get(step) or now for step in steps]
+    columns = [list(map(run.scalars[tag].__getitem__, steps)) for tag in full]
+    extras = {step for _, series in partial for step in series}
+    start = 0
+    for cut in [*sorted(extras), None]:  # runs of full-only steps between the steps with partial tags
+        stop = len(steps) if cut is None else bisect_left(steps, cut, start)
+        if stop > start:
+            part = [column[start:stop] for column in columns]
+            for block in scalar_records(full, steps[start:stop], walls[start:stop], part):
+                events.write_framed(block)
+        if cut is None:
+            break
+        row = {tag: column[stop] for tag, column in zip(full, columns, strict=True)}
+        row.update({tag: series[cut] for tag, series in partial if cut in series})
+        events.write(encode_scalars_event(cut, walls[stop], row))
+        start = stop + 1
 
 
 def describe(run: ImportedRun) -> str:

@@ -25,7 +25,7 @@ from mindformers_tbplugin.imports.hf_trainer_state import LOSS_DECIMALS, logging
 from mindformers_tbplugin.imports.imported_run import METADATA_FILE, Histogram, ImportedRun, SourceFormat
 from mindformers_tbplugin.pipeline import metrics as m
 from mindformers_tbplugin.tfevents.decode import decode_value, tensor_array, tensor_strings
-from mindformers_tbplugin.tfevents.reader import EventFileReader
+from mindformers_tbplugin.tfevents.reader import Columns, EventFileReader
 from mindformers_tbplugin.tfevents.records import CORRUPT, HEADER_BYTES, split_records
 from mindformers_tbplugin.tfevents.wire import read_key, read_varint, skip_field
 
@@ -188,19 +188,16 @@ def read(files: list[Path]) -> ImportedRun:
     last_step = None
     for path in files:
         reader = _FolderReader(path)
-        for tag, step, value, wall_time in reader.read():
-            if step != last_step:
-                wall_times.setdefault(step, wall_time)
-                last_step = step
-            series = scalars.get(tag)
-            if series is not None:
-                series[step] = value
-            elif tag[0] != "\x00":
-                scalars[tag] = {step: value}
-            elif tag == _START:
-                _purge(run, step)
-            else:
-                families[tag].setdefault(value[0], {})[step] = value[1]
+        for block in reader.blocks():
+            if isinstance(block, Columns):  # a run of records of one layout: whole columns at once
+                for step, wall_time in zip(block.steps, block.walls, strict=True):
+                    wall_times.setdefault(step, wall_time)
+                last_step = block.steps[-1]
+                for tag, values in zip(block.names, block.values, strict=True):
+                    scalars.setdefault(tag, {}).update(zip(block.steps, values, strict=True))
+                continue
+            _take(run, block, families, last_step)
+            last_step = block[-1][1]
         stops += [f"{path.name}: record at byte {at} fails its checksum, skipped" for at in reader.bad_records]
         dropped.update(reader.dropped)
         if reader.problem is not None:
@@ -210,6 +207,24 @@ def read(files: list[Path]) -> ImportedRun:
     run = _mapped(run, files)
     run.stopped_at = "; ".join(stops) or None
     return run
+
+
+def _take(run: ImportedRun, points: list, families: dict, last_step: int | None) -> None:
+    """Points (and the marked items among them) one by one."""
+    scalars, wall_times = run.scalars, run.wall_times
+    for tag, step, value, wall_time in points:
+        if step != last_step:
+            wall_times.setdefault(step, wall_time)
+            last_step = step
+        series = scalars.get(tag)
+        if series is not None:
+            series[step] = value
+        elif tag[0] != "\x00":
+            scalars[tag] = {step: value}
+        elif tag == _START:
+            _purge(run, step)
+        else:
+            families[tag].setdefault(value[0], {})[step] = value[1]
 
 
 def _purge(run: ImportedRun, step: int) -> None:

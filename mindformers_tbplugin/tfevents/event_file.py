@@ -37,6 +37,10 @@ class EventFile:
         payload = event if isinstance(event, bytes) else event.SerializeToString()
         self._file.write(frame_record(payload))
 
+    def write_framed(self, records: bytes) -> None:
+        """Append records already framed (see :mod:`.scalar_blocks`)."""
+        self._file.write(records)
+
     def flush(self) -> None:
         self._file.flush()
 

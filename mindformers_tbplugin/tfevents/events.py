@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
 
 import numpy as np
 from tensorboard.compat.proto import (
@@ -74,24 +73,6 @@ def encode_scalars_event(step: int, wall_time: float, values: Mapping[str, float
     """The serialised ``Event`` holding one ``Summary`` with a ``simple_value`` per tag."""
     summary = b"".join([_value_head(tag) + float32_bytes(value) for tag, value in values.items()])
     return _event_bytes(step, wall_time, summary)
-
-
-def scalar_rows_encoder(tags: Sequence[str]) -> Callable[[int, float, Sequence[float]], bytes]:
-    """:func:`encode_scalars_event` for many steps of the same ``tags`` (``mftb import`` writes runs of
-    a million steps): the tags' bytes are made once and one ``struct`` call packs a step's floats; a
-    value beyond float32 takes the general path, which narrows it as protobuf does."""
-    tags = tuple(tags)
-    heads = [_value_head(tag) for tag in tags]
-    layout = struct.Struct("<" + "".join(f"{len(head)}sf" for head in heads))
-
-    def encode(step: int, wall_time: float, values: Sequence[float]) -> bytes:
-        try:
-            summary = layout.pack(*chain.from_iterable(zip(heads, values, strict=True)))
-        except OverflowError:
-            return encode_scalars_event(step, wall_time, dict(zip(tags, values, strict=True)))
-        return _event_bytes(step, wall_time, summary)
-
-    return encode
 
 
 def _event_bytes(step: int, wall_time: float, summary: bytes) -> bytes:

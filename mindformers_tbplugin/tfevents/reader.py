@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from itertools import chain, islice, repeat
 from pathlib import Path
 
+import numpy as np
+
 from mindformers_tbplugin.log import logger
 from mindformers_tbplugin.tfevents.decode import decode_event, decode_value
 from mindformers_tbplugin.tfevents.records import CORRUPT, FOOTER_BYTES, HEADER_BYTES, RecordReader
@@ -35,6 +37,7 @@ _unpack_f64 = struct.Struct("<d").unpack_from
 
 Point = tuple[str, int, float, float]  # tag, step, value, wall_time
 MAX_TEMPLATES = 256
+MIN_COLUMNS = 64  # consecutive records of one layout decoded at once
 # events.out.tfevents.<stamp>.<host>[.<pid>.<serial>][suffix]; torch/mftb add the pid, tensorboardX does not.
 _NAME = re.compile(r"\.tfevents\.(\d+)\.(.+?)(?:\.(\d+)\.(\d+))?(\.[^.\d][^.]*)?$")
 MAX_KEPT_JUMPS = 20
@@ -53,9 +56,13 @@ class _Template:
     shape: re.Pattern[bytes]
     layout: struct.Struct
     names: tuple[str, ...]
+    step_bytes: int
+    offsets: tuple[int, ...]  # of the named floats, from the record's start
+    fixed: np.ndarray  # which bytes every record of the layout repeats: all but wall time, step and floats
+    expected: np.ndarray  # the record the layout was learnt from
 
     @classmethod
-    def of(cls, buf: bytes, start: int, step_end: int, values: list[tuple[str | None, int]]) -> _Template:
+    def of(cls, buf: bytes, start: int, end: int, step_end: int, values: list[tuple[str | None, int]]) -> _Template:
         step_bytes = step_end - start - 10
         pattern = [b"\x09.{8}\x10" + b"[\x80-\xff]" * (step_bytes - 1) + b"[\x00-\x7f]"]
         layout = [f"<xdx{step_bytes}s"]
@@ -65,7 +72,49 @@ class _Template:
             layout.append(f"{offset - previous}x" + ("f" if name is not None else "4x"))
             previous = offset + 4
         names = tuple(name for name, _ in values if name is not None)
-        return cls(re.compile(b"".join(pattern), re.DOTALL), struct.Struct("".join(layout)), names)
+        offsets = tuple(offset - start for name, offset in values if name is not None)
+        fixed = np.ones(end - start, dtype=bool)
+        fixed[1:9] = fixed[10 : step_end - start] = False
+        for _, offset in values:
+            fixed[offset - start : offset - start + 4] = False
+        expected = np.frombuffer(buf, np.uint8, end - start, start).copy()
+        shape = re.compile(b"".join(pattern), re.DOTALL)
+        return cls(shape, struct.Struct("".join(layout)), names, step_bytes, offsets, fixed, expected)
+
+    def columns(self, buf: bytes, start: int, count: int) -> Columns | None:
+        """The points of ``count`` records of this layout's length following each other from ``start``
+        (their checksums checked), decoded at once; None when one of them has another layout."""
+        width = len(self.expected)
+        framed = np.frombuffer(buf, np.uint8, count * (HEADER_BYTES + width + FOOTER_BYTES), start - HEADER_BYTES)
+        rows = framed.reshape(count, -1)[:, HEADER_BYTES : HEADER_BYTES + width]
+        last = 10 + self.step_bytes - 1  # the step varint's last byte: high bit clear, the others' set
+        if not (rows[:, self.fixed] == self.expected[self.fixed]).all() or not (rows[:, last] < 0x80).all():
+            return None
+        if not (rows[:, 10:last] >= 0x80).all():
+            return None
+        steps = np.zeros(count, dtype=np.uint64)
+        for k in range(self.step_bytes):
+            steps |= (rows[:, 10 + k] & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+        walls = np.ascontiguousarray(rows[:, 1:9]).view("<f8").ravel()
+        values = [np.ascontiguousarray(rows[:, at : at + 4]).view("<f4").ravel().tolist() for at in self.offsets]
+        return Columns(self.names, steps.view(np.int64).tolist(), walls.tolist(), values)
+
+
+@dataclass(frozen=True)
+class Columns:
+    """The points of consecutive records of one layout: per record a step and a wall time, per name
+    one value per record."""
+
+    names: tuple[str, ...]
+    steps: list[int]
+    walls: list[float]
+    values: list[list[float]]
+
+    def points(self) -> list[Point]:
+        points: list[Point] = []
+        for step, wall, *row in zip(self.steps, self.walls, *self.values, strict=True):
+            points.extend(zip(self.names, repeat(step), row, repeat(wall)))
+        return points
 
 
 class EventFileReader:
@@ -98,35 +147,62 @@ class EventFileReader:
         return chain.from_iterable(self._batches())  # a C iterator: no generator step per point
 
     def _batches(self) -> Iterator[list[Point]]:
-        """The new points, one list per chunk read."""
+        """The new points, one list per chunk read (or per run of one layout)."""
+        for block in self.blocks():
+            yield block.points() if isinstance(block, Columns) else block
+
+    def blocks(self) -> Iterator[list[Point] | Columns]:
+        """The new points in file order: runs of at least ``MIN_COLUMNS`` consecutive records of a
+        remembered layout as :class:`Columns`, decoded at once with numpy; the rest as lists."""
         records = self._records
         if records.problem == CORRUPT:
             return
         templates = self._templates
         for base, buf, spans in records.chunks():
             points: list[Point] = []
-            for start, stop, intact in spans:
-                if not intact:
-                    self.bad_records.append(base + start - HEADER_BYTES)
-                    logger.warning(
-                        "%s: record at byte %d fails its checksum; skipped", self.path, base + start - HEADER_BYTES
-                    )
-                elif (template := templates.get(stop - start)) is not None and template.shape.fullmatch(
-                    buf, start, stop
-                ):
-                    if template.names:
-                        unpacked = template.layout.unpack_from(buf, start)
-                        step = read_varint(unpacked[1], 0)[0]
-                        if step >= 1 << 63:  # int64 stored as two's complement
-                            step -= 1 << 64
-                        points.extend(zip(template.names, repeat(step), islice(unpacked, 2, None), repeat(unpacked[0])))
-                else:
-                    self._parse_event(buf, start, stop, points)
-            yield points
+            i, count = 0, len(spans)
+            while i < count:
+                start, stop, intact = spans[i]
+                length = stop - start
+                template = templates.get(length) if intact else None
+                j = i + 1
+                if template is not None:
+                    while j < count and spans[j][2] and spans[j][1] - spans[j][0] == length:
+                        j += 1
+                    columns = None
+                    if j - i >= MIN_COLUMNS:
+                        columns = template.columns(buf, start, j - i)
+                    if columns is not None:
+                        if points:
+                            yield points
+                            points = []
+                        yield columns
+                        i = j
+                        continue
+                for start, stop, intact in spans[i:j]:
+                    self._one(base, buf, start, stop, intact, points)
+                i = j
+            if points:
+                yield points
         if records.problem == CORRUPT:
             logger.warning(
                 "%s: corrupt record header at byte %d; ignoring the rest of the file", self.path, records.offset
             )
+
+    def _one(self, base: int, buf: bytes, start: int, stop: int, intact: bool, points: list[Point]) -> None:
+        """One record's points, by its remembered layout or parsed."""
+        if not intact:
+            self.bad_records.append(base + start - HEADER_BYTES)
+            logger.warning("%s: record at byte %d fails its checksum; skipped", self.path, base + start - HEADER_BYTES)
+        elif (template := self._templates.get(stop - start)) is not None and template.shape.fullmatch(buf, start, stop):
+            if template.names:
+                unpacked = template.layout.unpack_from(buf, start)
+                step = read_varint(unpacked[1], 0)[0]
+                if step >= 1 << 63:  # int64 stored as two's complement
+                    step -= 1 << 64
+                points.extend(zip(template.names, repeat(step), islice(unpacked, 2, None), repeat(unpacked[0])))
+        else:
+            self._parse_event(buf, start, stop, points)
 
     def _parse_event(self, buf: bytes, i: int, end: int, points: list[Point]) -> None:
         event_start = i
@@ -159,7 +235,7 @@ class EventFileReader:
         canonical = buf[event_start] == 0x09 and step_end > event_start + 10 and buf[event_start + 9] == 0x10
         canonical = canonical and buf[step_end] == 0x2A and summary_end == end
         if canonical and simple_values and len(self._templates) < MAX_TEMPLATES:
-            self._templates[end - event_start] = _Template.of(buf, event_start, step_end, simple_values)
+            self._templates[end - event_start] = _Template.of(buf, event_start, end, step_end, simple_values)
 
     def _parse_summary(
         self, buf: bytes, start: int, end: int, step: int, wall_time: float, points: list[Point]

@@ -16,7 +16,7 @@ import pytest
 from conftest import read_scalars, subprocess_env
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
-from mindformers_tbplugin.tfevents.events import encode_scalars_event, scalar_rows_encoder, scalars_event, tensor_event
+from mindformers_tbplugin.tfevents.events import encode_scalars_event, scalars_event, tensor_event
 from mindformers_tbplugin.tfevents.writer import RunWriter
 
 FLOAT_MAX = float.fromhex("0x1.fffffep+127")
@@ -168,9 +168,8 @@ def test_tensor_records_are_protobufs_bytes(shape: tuple[int, ...], dtype: type,
     assert tensor_event(7, 1.0, tag, transposed, "moe", content) == tensor_event(7, 1.0, tag, array, "moe", content)
 
 
-def test_rows_encoder_writes_the_bytes_of_encode_scalars_event() -> None:
+def test_odd_values_are_narrowed_as_protobuf_narrows_them() -> None:
     tags = ("train/loss", "train/lr", "perf/step_time_ms", "非ASCII/tag", "")
-    encode = scalar_rows_encoder(tags)
     for step, values in [
         (1, (2.5, 1e-4, 120.0, -0.0, 7.0)),
         (2**40, (math.nan, math.inf, -math.inf, 1e-45, 3.4e38)),
@@ -178,5 +177,4 @@ def test_rows_encoder_writes_the_bytes_of_encode_scalars_event() -> None:
     ]:
         for wall_time in (0.0, 1_700_000_000.25):
             expected = encode_scalars_event(step, wall_time, dict(zip(tags, values, strict=True)))
-            assert encode(step, wall_time, values) == expected
             assert expected == scalars_event(step, wall_time, dict(zip(tags, values, strict=True))).SerializeToString()
