@@ -122,7 +122,8 @@ def test_watch_redraws_until_interrupted(tmp_path: Path) -> None:
             if frames == 2:
                 break
         process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=30) == 0
+        process.communicate(timeout=60)  # drained: a full pipe would hold its last write at exit
+        assert process.returncode == 0
     finally:
         process.kill()
     assert frames == 2
