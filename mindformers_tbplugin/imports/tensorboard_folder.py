@@ -213,7 +213,7 @@ def _take(run: ImportedRun, points: list, families: dict, last_step: int | None)
     """Points (and the marked items among them) one by one."""
     scalars, wall_times = run.scalars, run.wall_times
     for tag, step, value, wall_time in points:
-        if step != last_step:
+        if step != last_step and tag != _START:  # a restart mark carries when it was written, not the step's time
             wall_times.setdefault(step, wall_time)
             last_step = step
         series = scalars.get(tag)

@@ -20,6 +20,8 @@ from tensorboardX.proto.summary_pb2 import Summary
 
 from mindformers_tbplugin.imports import tensorboard_folder
 from mindformers_tbplugin.imports.detect import read_source
+from mindformers_tbplugin.imports.imported_run import ImportedRun
+from mindformers_tbplugin.imports.run_writer import write_run
 from mindformers_tbplugin.tfevents.events import CellInfo, graph_event, hparams_experiment_event
 from mindformers_tbplugin.tfevents.run_folders import event_files
 from mindformers_tbplugin.tfevents.writer import RunWriter
@@ -250,3 +252,15 @@ def test_sniff_reads_content_not_names(tmp_path: Path) -> None:
     fake.write_text("iteration 1/ 10 | lm loss: 1.0 |\n")
     assert not tensorboard_folder.sniff(fake, fake.read_bytes())
     assert read_source([renamed]).format == "megatron-tensorboard"
+
+
+def test_a_folder_mftb_import_wrote_keeps_each_steps_wall_time(tmp_path: Path) -> None:
+    """The restart mark at the first step is written when the folder is, not when the step ran: the
+    step's wall time is its values' (a comparison's "over N s" comes from them)."""
+    source = ImportedRun(source=[tmp_path / "train.log"], format="megatron-log")
+    for step in range(1, 101):  # the first records one by one, the rest as one block of columns
+        source.add("train/loss", step, 3.0 - 0.1 * step)
+        source.wall_times[step] = 1_767_600_000.0 + 10 * step
+    write_run(source, tmp_path / "run")
+    back = read_source([tmp_path / "run"])
+    assert {step: back.wall_times[step] for step in range(1, 101)} == source.wall_times
