@@ -80,6 +80,7 @@ LAYERS = (
     "errors",
     "log",
     "schema",
+    "yaml_lines",
     "tfevents",
     "pipeline",
     "imports",

@@ -128,12 +128,13 @@ def _load_config(path: Path) -> tuple[list[Any], list[Any], str | None]:
 
     from mindformers_tbplugin.alerts.engine import build_rules
     from mindformers_tbplugin.alerts.sinks import build_sinks
-    from mindformers_tbplugin.config import yaml_lines
     from mindformers_tbplugin.errors import UsageError
     from mindformers_tbplugin.schema import ConfigError
+    from mindformers_tbplugin.yaml_lines import line_of
+    from mindformers_tbplugin.yaml_lines import load as load_with_nodes
 
     try:
-        data, root = yaml_lines.load(path.read_text(encoding="utf-8"))
+        data, root = load_with_nodes(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
@@ -154,7 +155,7 @@ def _load_config(path: Path) -> tuple[list[Any], list[Any], str | None]:
     _, sink_problems = build_sinks(sink_specs, f"{prefix}sinks")
     problems += sink_problems
     if problems:
-        lines = [f"  - {path}:{yaml_lines.line_of(root, p.key) or 1}: {p.render()}" for p in problems]
+        lines = [f"  - {path}:{line_of(root, p.key) or 1}: {p.render()}" for p in problems]
         raise ConfigError(f"invalid alert configuration in {path}:\n" + "\n".join(lines), problems)
     link = section.get("tensorboard_url")
     return list(rule_specs), list(sink_specs), link if isinstance(link, str) else None

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from mindformers_tbplugin.config import effective_options, replacements, yaml_lines
+from mindformers_tbplugin.config import effective_options, replacements
 from mindformers_tbplugin.config.effective_options import apply_team_defaults
 from mindformers_tbplugin.config.report import Finding, Report, quiet_output
 from mindformers_tbplugin.errors import FrameworkImportError
@@ -24,6 +24,8 @@ from mindformers_tbplugin.framework.config_hooks import is_pynative_training
 from mindformers_tbplugin.registration.team_defaults import Completion
 from mindformers_tbplugin.schema import check_entry, did_you_mean, params_of
 from mindformers_tbplugin.tfevents import run_folders
+from mindformers_tbplugin.yaml_lines import line_of
+from mindformers_tbplugin.yaml_lines import load as load_with_nodes
 
 CALLBACK_LISTS = ("callbacks", "eval_callbacks")
 # Keys MindFormers itself reads from any entry: the registry name and its module-loading route.
@@ -62,7 +64,7 @@ def load_yaml(path: Path) -> tuple[Any, yaml.Node]:
             f"{path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
         ) from None
     try:
-        document, node = yaml_lines.load(text)
+        document, node = load_with_nodes(text)
     except yaml.MarkedYAMLError as exc:
         raise UnreadableConfig(f"YAML syntax error {_yaml_error_text(exc)}") from None
     except yaml.YAMLError as exc:
@@ -109,7 +111,7 @@ class _Checker:
 
     def finding(self, path: str, message: str) -> Finding:
         source = self.completion.source_of(path) if self.completion else None
-        return Finding(path, yaml_lines.line_of(self.root, path), message, source or "")
+        return Finding(path, line_of(self.root, path), message, source or "")
 
     def error(self, path: str, message: str, unusable: bool = False) -> None:
         self.report.errors.append(self.finding(path, message))

@@ -11,13 +11,13 @@ from typing import Any
 
 import yaml
 
-from mindformers_tbplugin.config import yaml_lines
 from mindformers_tbplugin.config.report import Finding, Report
 from mindformers_tbplugin.framework.config_hooks import is_classic_training, is_pynative_training
 from mindformers_tbplugin.framework.running_config import MASK, is_secret_key
 from mindformers_tbplugin.registration import team_defaults
 from mindformers_tbplugin.registration.team_defaults import DEFAULTS_ENV, LIST, OFF_KEY, Completion
 from mindformers_tbplugin.schema import ConfigError, params_of
+from mindformers_tbplugin.yaml_lines import line_of
 
 WIDTH = 110  # characters per line of the options block
 
@@ -25,7 +25,7 @@ WIDTH = 110  # characters per line of the options block
 def apply_team_defaults(report: Report, document: dict, root: yaml.Node, ours: Mapping[str, type]) -> Completion | None:
     """Complete ``document`` as a training would be completed, saying so in ``report``: a note of what it
     took, an error for a defaults file that cannot be used (the report is then unusable: exit status 2)."""
-    off_line = yaml_lines.line_of(root, OFF_KEY)
+    off_line = line_of(root, OFF_KEY)
     try:
         on = team_defaults.switched_on(document)
     except ConfigError as exc:
@@ -45,7 +45,7 @@ def apply_team_defaults(report: Report, document: dict, root: yaml.Node, ours: M
             f"the team defaults {path} ({DEFAULTS_ENV}) complete training configs only (run_mode train or "
             f"finetune, or a PyNative trainer config); this one has run_mode {run_mode!r}"
         )
-        report.notes.append(Finding("run_mode", yaml_lines.line_of(root, "run_mode"), message))
+        report.notes.append(Finding("run_mode", line_of(root, "run_mode"), message))
         return None
     try:
         defaults = team_defaults.load(path, ours)
@@ -70,16 +70,12 @@ def render(document: dict, root: yaml.Node, ours: Mapping[str, type], completion
             if param.name in entry and line is not None:
                 team.append(f"{param.name} {_show(entry[param.name])} (line {line})")
             elif param.name in entry:
-                own = yaml_lines.line_of(root, f"{where}.{param.name}")
+                own = line_of(root, f"{where}.{param.name}")
                 given.append(f"{param.name} {_show(entry[param.name])}" + (f" (line {own})" if own else ""))
             else:
                 built_in.append(f"{param.name} {_show(param.default)}")
         added = completion.line_of(index) if completion and index in completion.added else None
-        origin = (
-            f"added from {completion.defaults.path} line {added}"
-            if added
-            else f"line {yaml_lines.line_of(root, where)}"
-        )
+        origin = f"added from {completion.defaults.path} line {added}" if added else f"line {line_of(root, where)}"
         lines.append(f"  options of {where} {entry['type']} ({origin}):")
         source = f"from the team defaults {completion.defaults.path}" if completion else ""
         for label, items in (("from the config", given), (source, team), ("built-in defaults", built_in)):

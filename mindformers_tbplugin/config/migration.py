@@ -16,12 +16,14 @@ from typing import Any
 
 import yaml
 
-from mindformers_tbplugin.config import replacements, yaml_lines
+from mindformers_tbplugin.config import replacements
 from mindformers_tbplugin.config.checker import CALLBACK_LISTS, UnreadableConfig, load_yaml
 from mindformers_tbplugin.config.report import Finding
 from mindformers_tbplugin.config.yaml_edits import Edit, Item, YamlText, child, one_line
 from mindformers_tbplugin.errors import UsageError
 from mindformers_tbplugin.pipeline import metrics
+from mindformers_tbplugin.yaml_lines import line_of
+from mindformers_tbplugin.yaml_lines import load as load_with_nodes
 
 MONITOR, HISTOGRAMS, ALIAS = "TensorBoardMonitor", "HistogramMonitor", "TensorBoard"
 ALIAS_KEYS = replacements.ALIAS_KEYS
@@ -123,7 +125,7 @@ class _Migrator:
         self.monitor_at: str | None = monitors[0] if monitors else None  # the TensorBoardMonitor writing the runs
 
     def _finding(self, kind: str, path: str, message: str) -> None:
-        getattr(self.result, kind).append(Finding(path, yaml_lines.line_of(self.root, path), message))
+        getattr(self.result, kind).append(Finding(path, line_of(self.root, path), message))
 
     def run(self) -> Migration:
         for name in CALLBACK_LISTS:
@@ -152,7 +154,7 @@ class _Migrator:
             new = [new for index, entry in enumerate(old) for new in replaced.get(index, [entry])]
             expected[name] = (new + replaced.get(len(old), [])) or None  # every entry removed: the key stays, empty
         try:
-            document = yaml_lines.load(self.result.text)[0]
+            document = load_with_nodes(self.result.text)[0]
         except yaml.YAMLError:
             document = None
         if document != expected:
@@ -308,9 +310,7 @@ class _Migrator:
             at = self.src.end_of_list(pair)
             self.edits.append((at, at, self.src.render([written], self.src.item(pair, 0), comment)))
         else:
-            raise UsageError(
-                f"{self.path}: callbacks (line {yaml_lines.line_of(self.root, 'callbacks')}) is not a list"
-            )
+            raise UsageError(f"{self.path}: callbacks (line {line_of(self.root, 'callbacks')}) is not a list")
 
     def _state_outputs(self, added: bool) -> dict[str, Any]:
         """List what monitor_config (TrainingStateMonitor) sent to the section's writer and what each became;

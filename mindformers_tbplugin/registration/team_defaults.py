@@ -30,12 +30,13 @@ import yaml
 
 from mindformers_tbplugin.log import logger
 from mindformers_tbplugin.schema import ConfigError, Problem, check_entry, did_you_mean, params_of
+from mindformers_tbplugin.yaml_lines import line_of
+from mindformers_tbplugin.yaml_lines import load as load_with_nodes
 
 DEFAULTS_ENV = "MFTB_DEFAULTS"
 OFF_KEY = "mftb_defaults"  # top-level config key: false turns the team defaults off for this config
 TYPES = ("TensorBoardMonitor", "HistogramMonitor", "AlertMonitor")
 LIST = "callbacks"
-_PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
 
 class DefaultsError(ConfigError):
@@ -107,10 +108,12 @@ def load(path: Path, ours: Mapping[str, type]) -> TeamDefaults:
         raise _error(path, [(1, f"expected a mapping with a '{LIST}:' list of entries, got {_kind(document)}")])
     for key in document:
         if key != LIST:
-            problems.append((_line(root, str(key)), f"unknown key '{key}'; allowed: {LIST}"))
+            problems.append((line_of(root, str(key)), f"unknown key '{key}'; allowed: {LIST}"))
     items = document.get(LIST) or []
     if not isinstance(items, list):
-        problems.append((_line(root, LIST), f"{LIST}: expected a list of entries ('- type: ...'), got {_kind(items)}"))
+        problems.append(
+            (line_of(root, LIST), f"{LIST}: expected a list of entries ('- type: ...'), got {_kind(items)}")
+        )
         items = []
     entries: list[DefaultsEntry] = []
     for index, item in enumerate(items):
@@ -129,7 +132,7 @@ def load(path: Path, ours: Mapping[str, type]) -> TeamDefaults:
 def _entry(
     root: yaml.Node, where: str, item: Any, ours: Mapping[str, type], problems: list[tuple[int | None, str]]
 ) -> DefaultsEntry | None:
-    line = _line(root, where) or 1
+    line = line_of(root, where) or 1
     kind = item.get("type") if isinstance(item, dict) else None
     if not isinstance(item, dict) or kind not in TYPES:
         got = f"type {kind!r}" if isinstance(item, dict) else _kind(item)
@@ -145,11 +148,11 @@ def _entry(
         if key not in params:
             hint = did_you_mean(key, params)
             message = f"unknown key '{key}' for {kind}; {hint + ' ' if hint else ''}allowed: {', '.join(params)}"
-            problems.append((_line(root, f"{where}.{key}"), f"{where}.{key}: {message}"))
+            problems.append((line_of(root, f"{where}.{key}"), f"{where}.{key}: {message}"))
     for problem in check_entry(cls, {key: value for key, value in options.items() if key in params}):
         path = f"{where}.{problem.key}" if problem.key else where
-        problems.append((_line(root, path), f"{path}: {problem.message}"))
-    lines = {key: _line(root, f"{where}.{key}") or line for key in options}
+        problems.append((line_of(root, path), f"{path}: {problem.message}"))
+    lines = {key: line_of(root, f"{where}.{key}") or line for key in options}
     return DefaultsEntry(kind, options, lines, line)
 
 
@@ -164,10 +167,8 @@ def _read(path: Path) -> tuple[Any, yaml.Node | None]:
         raise _error(path, [(None, f"not UTF-8 text (byte offset {exc.start})")]) from None
     except OSError as exc:
         raise _error(path, [(None, f"cannot be read: {exc.strerror or exc}")]) from None
-    loader = yaml.SafeLoader(text)
     try:
-        node = loader.get_single_node()
-        document = loader.construct_document(node) if node is not None else None
+        document, node = load_with_nodes(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         raise _error(
@@ -175,29 +176,9 @@ def _read(path: Path) -> tuple[Any, yaml.Node | None]:
         ) from None
     except yaml.YAMLError as exc:
         raise _error(path, [(None, f"YAML error: {exc}")]) from None
-    finally:
-        loader.dispose()
     if document is None:
         raise _error(path, [(None, f"is empty: expected a '{LIST}:' list of {', '.join(TYPES)} entries")])
     return document, node
-
-
-def _line(root: yaml.Node | None, path: str) -> int | None:
-    """1-based line of the deepest node on ``path`` (a mapping key's line, a list item's line)."""
-    node, line = root, None
-    for name, index in _PATH_PART.findall(path):
-        child = key = None
-        if index and isinstance(node, yaml.SequenceNode) and int(index) < len(node.value):
-            child = node.value[int(index)]
-        elif name and isinstance(node, yaml.MappingNode):
-            for key_node, value_node in node.value:
-                if key_node.value == name:
-                    key, child = key_node, value_node
-        if child is None:
-            break
-        line = (key or child).start_mark.line + 1
-        node = child
-    return line
 
 
 def _error(path: Path, problems: list[tuple[int | None, str]]) -> DefaultsError:

@@ -1,5 +1,5 @@
 """config/yaml_edits.py: line edits of a YAML file at its nodes' positions, on hand-written files parsed
-as ``mftb validate`` parses them (config/yaml_lines.py). Lines with either line ending; the lines of a key
+as ``mftb validate`` parses them (yaml_lines.py). Lines with either line ending; the lines of a key
 with its comments and one of its blank lines; a block list's items and their columns, and the layouts
 that are refused with the line to fix; an entry's own lines with keys dropped and its type respelt;
 rendered items, edits applied, values written on one line or as the file spells them; and the file
@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from mindformers_tbplugin.config.yaml_edits import Item, YamlText, child, one_line, write_text
-from mindformers_tbplugin.config.yaml_lines import load
 from mindformers_tbplugin.errors import UsageError
+from mindformers_tbplugin.yaml_lines import load
 
 
 def parsed(text: str) -> tuple[YamlText, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from mindformers_tbplugin.config.yaml_lines import line_of, load
+from mindformers_tbplugin.yaml_lines import line_of, load
 
 TEXT = """\
 # a comment
