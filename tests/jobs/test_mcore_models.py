@@ -499,7 +499,7 @@ def test_import_of_the_sections_writer_folder_keeps_every_value(
         "iteration-time": "perf/step_time_ms",
         "lm-loss": "train/loss_lm",
         "mtp-loss": "train/loss_mtp",
-        "load-balancing-loss": "train/loss_aux",
+        "load-balancing-loss": "import/load-balancing-loss",  # before its coefficient: not train/loss_aux
         "loss_vs_samples": "train/loss_vs_samples",
         "throughput": "import/throughput",
         "batch-size": "import/batch-size",
