@@ -112,8 +112,15 @@ def test_watch_redraws_until_interrupted(tmp_path: Path) -> None:
     import signal
 
     root = _root(tmp_path)
+    # An ignored SIGINT is inherited across exec (the test process may ignore it: a background job of a
+    # non-interactive shell, a library imported earlier), and Python then installs no Ctrl-C handler: the
+    # watcher gets the disposition of a terminal's foreground process.
     process = subprocess.Popen(
-        [MFTB, "runs", str(root), "--watch", "0.2"], env=subprocess_env(), stdout=subprocess.PIPE, text=True
+        [MFTB, "runs", str(root), "--watch", "0.2"],
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         frames = 0
