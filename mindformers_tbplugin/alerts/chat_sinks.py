@@ -6,6 +6,7 @@ message (a wrong signature, a missing keyword, a rate limit): that counts as a f
 
 from __future__ import annotations
 
+import abc
 import base64
 import hashlib
 import hmac
@@ -73,9 +74,9 @@ class ChatSink(MessageSink):
         url, payload = self.request(text)
         self.check(self._post(url, payload))
 
+    @abc.abstractmethod
     def request(self, text: Text) -> tuple[str, dict[str, Any]]:
-        """The URL to POST to and the JSON body."""
-        raise NotImplementedError
+        """The URL to POST to and the JSON body, in the bot's own shape."""
 
     def check(self, answer: Any) -> None:
         """Raise DeliveryError when an HTTP 200 answer says the message was refused."""

@@ -34,7 +34,7 @@ def server_factory(token: str | None, tls: ssl.SSLContext | None) -> Callable:
 
     class _Handler(program._WSGIRequestHandler):  # TensorBoard's HTTP/1.1 handler
         def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-            pass  # a request line may hold ?token=: never logged (TensorBoard logs none by default anyway)
+            """Says nothing: a request line may hold ``?token=`` (TensorBoard logs none by default anyway)."""
 
         def handle(self) -> None:
             # The TLS handshake runs here, on the connection's own thread (see below), not in accept().
