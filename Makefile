@@ -109,7 +109,9 @@ clean:
 # The tested version matrix: the compat-marked tests in each MindSpore/MindFormers environment
 # (tests/compat/README.md), built on first use into .venvs/<env> and reused. A subset:
 #   make compat COMPAT_ENVS="mf1.7 mf2.0"
+# COMPAT_FLAGS=--discard removes each environment once its tests ran (for CI's clean clone).
 COMPAT_ENVS ?= mf1.7 mf1.8 mf1.9 mf1.9-ms2.10 mf2.0 checkout-r1.8 checkout-r1.7
+COMPAT_FLAGS ?=
 
 compat:
-	PYTHON=$(PYTHON) $(PYTHON) tests/compat/run_matrix.py $(COMPAT_ENVS)
+	PYTHON=$(PYTHON) $(PYTHON) tests/compat/run_matrix.py $(COMPAT_FLAGS) $(COMPAT_ENVS)

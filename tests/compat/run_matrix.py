@@ -7,7 +7,9 @@ its mindspore/mindformers, install this repository into it the way a user would 
 '.[test]'`, dependencies resolved by pip), check that pip left MindSpore and MindFormers alone, then
 run `pytest -m compat` with the environment first on PATH. Everything an environment prints goes to
 output/compat/ENV.log; a summary table ends the run. Exit status 1 when any environment failed.
-Needs only the standard library.
+A failed build is shown (its last lines, the free disk) and tried once more, since a registry or
+network hiccup is its usual cause. `--discard` removes each environment once its tests ran (a clean
+clone in CI reuses none, and three at once need ~11 GB). Needs only the standard library.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -29,6 +32,10 @@ VENVS = REPO / ".venvs"
 LOGS = REPO / "output" / "compat"
 FRAMEWORK = ("mindspore", "mindformers")
 COUNTED = ("passed", "failed", "error", "skipped")
+BUILD_ATTEMPTS = 2
+SHOWN_LINES = 25
+# pip's note for each package the machine's local index folders lack: noise in a failure's last lines.
+PIP_NOISE = re.compile(r"^WARNING: Location '.*' is ignored")
 
 
 @dataclass(frozen=True)
@@ -165,9 +172,28 @@ def pytest_counts(output: str) -> dict[str, int]:
     return {re.sub(r"^errors$", "error", kind): int(n) for n, kind in re.findall(r"(\d+) (\w+)", finals[-1])}
 
 
+def last_lines(output: str, count: int = SHOWN_LINES) -> list[str]:
+    return [line for line in output.splitlines() if not PIP_NOISE.match(line)][-count:]
+
+
+def free_disk(path: Path) -> str:
+    existing = next(parent for parent in (path, *path.parents) if parent.exists())
+    return f"{shutil.disk_usage(existing).free / 2**30:.1f} GiB free on {existing}"
+
+
 def build(env: Env, log: IO[str], result: Result) -> None:
+    """build_env.sh, once more after a failure (it starts over from an unfinished environment)."""
+    command = ["bash", str(HERE / "build_env.sh"), env.name, str(env.venv)]
     started = time.monotonic()
-    status, _ = run_logged(["bash", str(HERE / "build_env.sh"), env.name, str(env.venv)], log, echo="[build_env")
+    for attempt in range(1, BUILD_ATTEMPTS + 1):
+        status, output = run_logged(command, log, echo="[build_env")
+        if not status:
+            break
+        say(log, f"[compat {env.name}] build_env.sh exited with {status} ({free_disk(env.venv)}); its last lines:")
+        for line in last_lines(output):
+            say(log, f"    {line}")
+        if attempt < BUILD_ATTEMPTS:
+            say(log, f"[compat {env.name}] building again")
     result.build_s = time.monotonic() - started
     if status:
         raise EnvFailure(f"build_env.sh exited with {status}")
@@ -225,7 +251,13 @@ def run_tests(env: Env, log: IO[str], result: Result) -> None:
         result.problem = f"pytest exited with {status}" + (" (no compat tests collected)" if status == 5 else "")
 
 
-def run_env(env: Env) -> Result:
+def discard(env: Env, log: IO[str]) -> None:
+    if (env.venv / "pyvenv.cfg").is_file():
+        shutil.rmtree(env.venv)
+        say(log, f"[compat {env.name}] removed {env.venv} ({free_disk(env.venv)})")
+
+
+def run_env(env: Env, discard_after: bool = False) -> Result:
     result = Result(env.name)
     (LOGS / "tmp").mkdir(parents=True, exist_ok=True)  # pytest's --basetemp needs its parent
     with open(LOGS / f"{env.name}.log", "w") as log:
@@ -242,6 +274,8 @@ def run_env(env: Env) -> Result:
             result.problem = str(problem)
         if result.problem:
             say(log, f"[compat {env.name}] FAILED: {result.problem} (log: {log.name})")
+        if discard_after:
+            discard(env, log)
     return result
 
 
@@ -268,11 +302,13 @@ def summary(results: list[Result]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("envs", nargs="*", metavar="ENV", help=f"environments to run (default: {' '.join(ENVS)})")
-    names = parser.parse_args(argv).envs or list(ENVS)
+    parser.add_argument("--discard", action="store_true", help="remove each environment once its tests ran")
+    arguments = parser.parse_args(argv)
+    names = arguments.envs or list(ENVS)
     unknown = [name for name in names if name not in ENVS]
     if unknown:
         parser.error(f"unknown environment(s) {' '.join(unknown)}; known: {' '.join(ENVS)}")
-    results = [run_env(ENVS[name]) for name in names]
+    results = [run_env(ENVS[name], arguments.discard) for name in names]
     table = summary(results)
     (LOGS / "summary.txt").write_text(table + "\n")
     print(f"\n{table}\n(logs: {LOGS}/ENV.log)")
