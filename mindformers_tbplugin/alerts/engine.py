@@ -34,6 +34,7 @@ DEFAULT_RULES: tuple[dict[str, Any], ...] = (
     {"rule": "throughput_drop"},
     {"rule": "loss_scale_collapse"},
     {"rule": "expert_collapse"},
+    {"rule": "baseline_divergence"},  # judges only a run with a baseline (its compare/* tags)
 )
 
 

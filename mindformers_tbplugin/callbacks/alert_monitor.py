@@ -42,8 +42,8 @@ class AlertMonitor(MonitorCallback):
 
     Args:
         rules: Alert rules, e.g. ``[{rule: nonfinite, action: stop}, {rule: spike, tag: train/loss, k: 6}]``;
-            null: nonfinite, spike, throughput_drop, loss_scale_collapse and expert_collapse with their
-            defaults.
+            null: nonfinite, spike, throughput_drop, loss_scale_collapse, expert_collapse and
+            baseline_divergence (which judges only a run with a baseline) with their defaults.
         sinks: Where alerts go: ``log``, ``tensorboard``, ``{jsonl: path}``, ``{command: [argv...]}``,
             ``{webhook: url}``, ``{feishu: url, secret_env: VAR}``, ``{dingtalk: url, secret_env: VAR}``,
             ``{wecom: url}``, ``{slack: url}``, ``{email: {host, to, from, ...}}``; null: ``[log, tensorboard]``.

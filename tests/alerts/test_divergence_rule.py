@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from mindformers_tbplugin.alerts.culprits import GradientCulprits
-from mindformers_tbplugin.alerts.engine import AlertEngine, parse_rules
+from mindformers_tbplugin.alerts.engine import DEFAULT_RULES, AlertEngine, parse_rules
 from mindformers_tbplugin.alerts.incident import IncidentRecorder, markdown
 from mindformers_tbplugin.alerts.record import Alert
 from mindformers_tbplugin.pipeline import metrics
@@ -121,3 +121,16 @@ def test_its_defaults_are_the_migration_standard_of_the_criteria() -> None:
         )
     )
     assert defaults["grad_norm_mean_rel_tol"] == 0.1 == grad_norm.mean.rel_le
+
+
+def test_the_default_rules_judge_a_run_with_a_baseline() -> None:
+    """AlertMonitor and `mftb watch` without rules: a run that leaves its baseline is said at the default
+    window's min_points (20) compared steps; a run with no baseline (no compare/* tags) is not judged."""
+    engine = AlertEngine(parse_rules(list(DEFAULT_RULES)))
+    base = [5.0] * 30
+    errors = _loss_errors([value + 0.2 for value in base], base)  # 0.2 absolute, 4% relative: both over
+    alerts = [alert for step, values in enumerate(errors, start=1) for alert in engine.observe(step, values)]
+    assert [(alert.rule, alert.step, alert.tag) for alert in alerts] == [("baseline_divergence", 20, LOSS_REL)]
+    assert alerts[0].incident["first_divergent_step"] == 1
+    plain = AlertEngine(parse_rules(list(DEFAULT_RULES)))
+    assert [alert for step in range(1, 31) for alert in plain.observe(step, {metrics.TRAIN_LOSS: 5.0})] == []
