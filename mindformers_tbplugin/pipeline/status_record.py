@@ -2,9 +2,10 @@
 ``os.replace``) by the run's writer thread, so that ``mftb runs`` and the ``runs`` dashboard list
 thousands of runs without reading their event files.
 
-The record says who started the run, where it runs, how far it got and how it ended. ``stale`` is not
-written: a reader derives it (:func:`state_at`) from a running record that stopped being rewritten (a
-killed or lost process) or whose steps stopped advancing (a hung one).
+The record says who started the run, where it runs, how far it got and how it ended. ``starting`` and
+``stale`` are not written: a reader derives them (:func:`state_at`), ``starting`` from a running record
+with no step yet whose process still rewrites it (loading, compiling), ``stale`` from a running record
+that stopped being rewritten (a killed or lost process) or whose steps stopped advancing (a hung one).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ RECORD_EVERY_SECS = 15.0  # while training runs: four records a minute
 DEFAULT_STALE_AFTER_SECS = 300.0  # twenty records missed
 HUNG_INTERVALS = 3  # a record whose steps stopped advancing for this many of its own step intervals...
 RUNNING, FINISHED, FAILED, STOPPED, STALE = "running", "finished", "failed", "stopped by alert", "stale"
+STARTING = "starting"  # running, no step written yet
 ENDED = (FINISHED, FAILED, STOPPED)
 MAX_HOST_NAMES = 8  # a record names the first hosts; ``host_count`` counts them all
 
@@ -118,14 +120,16 @@ _CHECKED: dict[str, tuple[type, ...]] = {  # the fields a record must have, and 
 def state_at(record: StatusRecord, now: float, stale_after: float) -> str:
     """The record's state as a reader sees it at ``now``: ``stale`` when a running record was not rewritten
     for ``stale_after`` seconds (the process is gone), or no new step came for ``stale_after`` seconds and
-    HUNG_INTERVALS of its step intervals (the training hangs; a first compile looks the same)."""
+    HUNG_INTERVALS of its step intervals (the training hangs); ``starting`` while a rewritten record has no
+    step yet (a large model's first graph compile can take longer than any patience a hang is given)."""
     if record.state != RUNNING:
         return record.state
     if now - record.updated > stale_after:
         return STALE
-    since = record.progressed if record.progressed is not None else record.started
+    if record.progressed is None:
+        return STARTING
     patience = max(stale_after, HUNG_INTERVALS * (record.step_interval or 0.0))
-    return STALE if now - since > patience else RUNNING
+    return STALE if now - record.progressed > patience else RUNNING
 
 
 def write(run_dir: Path, record: StatusRecord) -> None:

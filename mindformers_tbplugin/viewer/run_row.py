@@ -10,6 +10,7 @@ from mindformers_tbplugin.pipeline import status_record
 UNKNOWN = "unknown"  # no status record, and the event files do not say how the training ended
 UNREADABLE = "unreadable"
 STATES = (
+    status_record.STARTING,
     status_record.RUNNING,
     status_record.STALE,
     status_record.FAILED,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from mindformers_tbplugin.pipeline import status_record
-from mindformers_tbplugin.pipeline.status_record import RUNNING, STALE, STATUS_FILE, RecordError
+from mindformers_tbplugin.pipeline.status_record import RUNNING, STALE, STARTING, STATUS_FILE, RecordError
 from mindformers_tbplugin.tfevents.run_folders import EVENT_FILE_MARKER
 from mindformers_tbplugin.viewer import run_tails
 from mindformers_tbplugin.viewer.run_row import FROM_EVENTS, STATES, UNKNOWN, UNREADABLE, RunRow
@@ -92,7 +92,7 @@ def row_of(root: str, folder: str, names: list[str], now: float, stale_after: fl
         world_size=record.world_size,
         started=record.started,
         updated=record.updated,
-        duration=(now if state == RUNNING else record.updated) - record.started,
+        duration=(now if state in (STARTING, RUNNING) else record.updated) - record.started,
         detail=record.detail,
         step=record.step,
         total_steps=record.total_steps,

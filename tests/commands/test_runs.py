@@ -88,7 +88,7 @@ def test_json_fields_filters_and_sort(tmp_path: Path, capsys: pytest.CaptureFixt
 @pytest.mark.parametrize(
     ("args", "said"),
     [
-        (["--status", "done"], "unknown state 'done'; allowed: running, stale, failed, stopped by alert"),
+        (["--status", "done"], "unknown state 'done'; allowed: starting, running, stale, failed, stopped by alert"),
         (["--since", "last week"], "cannot read --since 'last week'"),
         (["--stale-after", "0"], "--stale-after must be a positive number of seconds, got 0"),
         (["--watch", "-1"], "--watch must be a positive number of seconds, got -1"),

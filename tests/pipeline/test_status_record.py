@@ -35,6 +35,15 @@ def test_stale_when_not_rewritten_or_not_advancing() -> None:
     assert status_record.state_at(record, 1e9, 300.0) == "finished"
 
 
+def test_starting_until_the_first_step_however_long_while_rewritten() -> None:
+    """A large model's first compile: no step for an hour, the record rewritten every 15 s."""
+    record = StatusRecord(started=0.0, updated=3600.0)
+    assert status_record.state_at(record, 3610.0, 300.0) == "starting"
+    assert status_record.state_at(record, 3901.0, 300.0) == "stale"  # the process is gone: no record for 301 s
+    record.see(1, {"train/loss": 2.0}, now=3605.0)
+    assert status_record.state_at(record, 3610.0, 300.0) == "running"
+
+
 def test_replaced_whole_with_the_umasks_permissions(tmp_path: Path) -> None:
     old = os.umask(0o022)
     try:

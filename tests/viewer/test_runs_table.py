@@ -45,8 +45,13 @@ def test_a_record_becomes_a_row_and_stale_is_derived_by_the_reader(tmp_path: Pat
     # slow steps (2,000 s apart): 1,000 s without a new one is not yet hung
     _record(tmp_path, "b/qwen_2", step=7, progressed=NOW - 1000, step_interval=2000.0)
     _record(tmp_path, "b/qwen_3", state=status_record.FINISHED, updated=NOW - 1800)  # ended: never stale
+    # an hour without a step, its record rewritten 5 s ago: compiling, not hung; without its record: gone
+    _record(tmp_path, "c/deepseek_1", progressed=None)
+    _record(tmp_path, "c/deepseek_2", progressed=None, updated=NOW - 400)
     rows = _rows(tmp_path)
     assert {name: row.state for name, row in rows.items()} == {
+        "c/deepseek_1": "starting",
+        "c/deepseek_2": "stale",
         "a/llama_1": "running",
         "a/llama_2": "stale",
         "b/qwen_1": "stale",
@@ -57,6 +62,7 @@ def test_a_record_becomes_a_row_and_stale_is_derived_by_the_reader(tmp_path: Pat
     assert (first.step, first.total_steps, first.loss, first.owner, first.world_size) == (40, 100, 2.5, "ann", 8)
     assert first.duration == 3600  # running: until now; ended: until its last record
     assert rows["b/qwen_3"].duration == 1800
+    assert rows["c/deepseek_1"].duration == 3600  # starting: until now too
     assert _rows(tmp_path, stale_after=1)["b/qwen_3"].state == "finished"
     assert _rows(tmp_path, stale_after=5000)["a/llama_2"].state == "running"
 
@@ -160,7 +166,7 @@ def test_filters_and_order(tmp_path: Path) -> None:
     assert sorted(names(runs_table.select(rows, since=since))) == ["llama_a", "llama_b", "qwen_a"]
     assert runs_table.parse_since("2026-12-07T09:30", NOW) == time.mktime((2026, 12, 7, 9, 30, 0, 0, 0, -1))
     assert runs_table.normal_state("Stopped-By_Alert") == "stopped by alert"
-    with pytest.raises(ValueError, match="unknown state 'done'; allowed: running, stale"):
+    with pytest.raises(ValueError, match="unknown state 'done'; allowed: starting, running, stale"):
         runs_table.normal_state("done")
     with pytest.raises(ValueError, match="give a time ago"):
         runs_table.parse_since("yesterday", NOW)

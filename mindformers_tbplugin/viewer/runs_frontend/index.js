@@ -9,8 +9,8 @@ const COLUMNS = [
   ['started', 'start'], ['duration', 'duration'], ['state', 'state'], ['step', 'step'], ['loss', 'loss'],
   ['tok/s/dev', 'tokens'], ['MFU', 'mfu'], ['alerts', 'alerts'], ['incident', null],
 ];
-const STATES = ['running', 'stale', 'failed', 'stopped by alert', 'finished', 'unknown', 'unreadable'];
-const COLOURS = { running: '#1b5e20', stale: '#e65100', failed: '#b71c1c', 'stopped by alert': '#b71c1c' };
+const STATES = ['starting', 'running', 'stale', 'failed', 'stopped by alert', 'finished', 'unknown', 'unreadable'];
+const COLOURS = { starting: '#1565c0', running: '#1b5e20', stale: '#e65100', failed: '#b71c1c', 'stopped by alert': '#b71c1c' };
 const state = { rows: [], sort: 'start', reverse: false };
 
 const el = (tag, props = {}, ...children) => {
