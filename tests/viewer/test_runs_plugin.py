@@ -30,8 +30,9 @@ return find(document);
 """
 
 
-def _two_runs(root: Path) -> None:
-    """Two monitored runs with event files (so that TensorBoard's own dashboards list them too)."""
+def _runs(root: Path) -> None:
+    """Two monitored runs with event files (so that TensorBoard's own dashboards list them too), and one
+    whose training has not reached its first step (its record rewritten, no step: compiling)."""
     now = time.time()
     for name, state, loss in [("job_a/llama_1", status_record.RUNNING, 2.25), ("job_b/qwen_1", "failed", 3.5)]:
         writer = RunWriter(root / name)
@@ -49,6 +50,8 @@ def _two_runs(root: Path) -> None:
             loss=loss,
         )
         status_record.write(root / name, record)
+    (root / "job_c/deepseek_1").mkdir(parents=True)
+    status_record.write(root / "job_c/deepseek_1", StatusRecord(experiment="deepseek", started=now - 900, updated=now))
 
 
 def test_the_table_route_answers_the_rows_and_says_what_is_wrong(tmp_path: Path) -> None:
@@ -61,7 +64,7 @@ def test_the_table_route_answers_the_rows_and_says_what_is_wrong(tmp_path: Path)
     empty = RunsPlugin(base_plugin.TBContext(logdir=str(tmp_path)))
     assert empty.is_active() is False
     assert RunsPlugin(base_plugin.TBContext(logdir="")).is_active() is False  # --logdir_spec: no local folder
-    _two_runs(tmp_path)
+    _runs(tmp_path)
     plugin = RunsPlugin(base_plugin.TBContext(logdir=str(tmp_path)))
     assert plugin.is_active() is True
     apps = plugin.get_plugin_apps()
@@ -75,6 +78,7 @@ def test_the_table_route_answers_the_rows_and_says_what_is_wrong(tmp_path: Path)
     assert [(r["run"], r["state"], r["loss"]) for r in body["rows"]] == [
         ("job_a/llama_1", "running", 2.25),
         ("job_b/qwen_1", "failed", 3.5),
+        ("job_c/deepseek_1", "starting", None),
     ]
     assert get("stale_after=soon") == (400, {"error": "parameter 'stale_after' must be a positive number, got 'soon'"})
     assert get("stale_after=0")[0] == 400
@@ -83,7 +87,7 @@ def test_the_table_route_answers_the_rows_and_says_what_is_wrong(tmp_path: Path)
 @pytest.mark.process
 def test_a_real_tensorboard_serves_the_table_and_the_dashboard_links_each_run_to_its_charts(tmp_path: Path) -> None:
     root = tmp_path / "logs"
-    _two_runs(root)
+    _runs(root)
     env = entry_point_shim(tmp_path / "shim")  # until the environment's install holds the entry point
     port = str(tensorboard_server.free_port(18406))
     with mftb_tensorboard(root, "--port", port, env=env) as server:
@@ -97,6 +101,7 @@ def test_a_real_tensorboard_serves_the_table_and_the_dashboard_links_each_run_to
         assert [(r["run"], r["state"]) for r in body["rows"]] == [
             ("job_a/llama_1", "running"),
             ("job_b/qwen_1", "failed"),
+            ("job_c/deepseek_1", "starting"),
         ]
         if not (CHROMIUM and CHROMEDRIVER and importlib.util.find_spec("selenium")):
             pytest.skip("the browser half needs chromium, chromedriver and selenium (`make browser`)")
@@ -115,11 +120,12 @@ def _dashboard_in_a_browser(port: int) -> None:
         assert frame is not None, driver.execute_script(DEEP_TEXT_JS)[:2000]
         driver.switch_to.frame(frame)
         rows = []
-        while len(rows) < 2 and time.monotonic() < deadline:
+        while len(rows) < 3 and time.monotonic() < deadline:
             rows = driver.execute_script("return [...document.querySelectorAll('tr.row')].map((r) => r.innerText)")
             time.sleep(0.3)
-        assert [row.split("\t")[0] for row in rows] == ["job_a/llama_1", "job_b/qwen_1"]
+        assert [row.split("\t")[0] for row in rows] == ["job_a/llama_1", "job_b/qwen_1", "job_c/deepseek_1"]
         assert "failed" in rows[1] and "1/10" in rows[1] and "3.5" in rows[1]
+        assert "starting" in rows[2]
         driver.execute_script(
             "const s = document.querySelector('#state'); s.value = 'failed'; s.dispatchEvent(new Event('change'))"
         )
