@@ -25,6 +25,7 @@ from benchmarks import (
     event_bytes,
     histogram_cost,
     import_cost,
+    import_end_to_end,
     import_speed,
     layer_norms,
     moe_cost,
@@ -63,6 +64,7 @@ SECTIONS = [
     moe_dashboard,
     runs_listing,
     import_speed,
+    import_end_to_end,
     compare_speed,
     baseline_cost,
 ]

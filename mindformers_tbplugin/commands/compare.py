@@ -67,19 +67,21 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     from mindformers_tbplugin.alignment.criteria import load_criteria
     from mindformers_tbplugin.alignment.report import as_json, as_text
     from mindformers_tbplugin.alignment.run_comparison import compare_runs
+    from mindformers_tbplugin.imports.collector_pause import collector_paused
 
     criteria = load_criteria(args.criteria)
     tags = [tag.strip() for tag in args.tags.split(",") if tag.strip()] if args.tags else None
     notes: list[str] = []
-    result = compare_runs(
-        _read("RUN", args.run, notes),
-        _read("BASELINE", args.baseline, notes),
-        criteria,
-        tags=tags,
-        noise=_read("BASELINE2", args.noise, notes) if args.noise else None,
-        strict=args.strict,
-        axis=args.x,
-    )
+    with collector_paused():
+        result = compare_runs(
+            _read("RUN", args.run, notes),
+            _read("BASELINE", args.baseline, notes),
+            criteria,
+            tags=tags,
+            noise=_read("BASELINE2", args.noise, notes) if args.noise else None,
+            strict=args.strict,
+            axis=args.x,
+        )
     result.notes[:0] = notes
     document = json.dumps(as_json(result, args.run, args.baseline), indent=2)
     if args.json == "-":

@@ -30,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     from mindformers_tbplugin.errors import UsageError
+    from mindformers_tbplugin.imports.collector_pause import collector_paused
     from mindformers_tbplugin.imports.detect import read_source
     from mindformers_tbplugin.imports.run_writer import write_run
 
@@ -37,10 +38,11 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     name = args.name or default_name(sources[0])
     if not name or "/" in name or name in (".", ".."):
         raise UsageError(f"--name must be a folder name, got {name!r}")
-    imported = read_source(sources)
-    if not imported.scalars and not any(sub.scalars for sub in imported.sub_runs.values()):
-        raise UsageError(f"{', '.join(args.sources)}: no scalar point to import ({imported.format})")
-    folders = write_run(imported, Path(args.logdir) / name)
+    with collector_paused():
+        imported = read_source(sources)
+        if not imported.scalars and not any(sub.scalars for sub in imported.sub_runs.values()):
+            raise UsageError(f"{', '.join(args.sources)}: no scalar point to import ({imported.format})")
+        folders = write_run(imported, Path(args.logdir) / name)
     print(f"imported {imported.format} into {folders[0]}")
     for folder, run_ in zip(folders, [imported, *imported.sub_runs.values()], strict=True):
         print(summary(run_, folder))
