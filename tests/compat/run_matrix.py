@@ -7,8 +7,8 @@ its mindspore/mindformers, install this repository into it the way a user would 
 '.[test]'`, dependencies resolved by pip), check that pip left MindSpore and MindFormers alone, then
 run `pytest -m compat` with the environment first on PATH. Everything an environment prints goes to
 output/compat/ENV.log; a summary table ends the run. Exit status 1 when any environment failed.
-A failed build is shown (its last lines, the free disk) and tried once more, since a registry or
-network hiccup is its usual cause. `--discard` removes each environment once its tests ran (a clean
+A failed build is shown (its last lines, the free disk: a full disk or a registry hiccup are the
+likely causes) and tried once more. `--discard` removes each environment once its tests ran (a clean
 clone in CI reuses none, and three at once need ~11 GB). Needs only the standard library.
 """
 
